@@ -1,0 +1,307 @@
+//! Reading a whole log directory: the meta file, the segment sequence, each segment's walk, and
+//! the CRC verdict with where the first damage is.
+//!
+//! Two depths: a *fast* scan reads only the header and footer of every sealed segment (O(segments))
+//! and walks the last one; a *full* scan walks every record of every segment (the verifier's).
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
+use crate::format::*;
+use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Start, Step, Walker};
+use crate::storage::{Mapping, Storage};
+use zerocopy::FromBytes;
+
+/// How an open treats damage. The verifier always reports; this decides what a writer does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecoveryMode {
+    /// Any damage refuses the open, even a torn tail.
+    Strict,
+    /// The writers' default: a TORN_TAIL (damage in the unattested last batch with evidence of a
+    /// torn write) is cut; CORRUPT_TAIL and CORRUPT refuse the open with where they are.
+    #[default]
+    TruncateTornTail,
+    /// Read-only: open whatever is readable up to the first damage and report the damage. Never
+    /// writes. Only when asked for by name.
+    Salvage,
+}
+
+/// What is known of one segment that holds records.
+#[derive(Clone, Debug)]
+pub struct SegmentInfo {
+    pub seq: u64,
+    pub header: SegmentHeader,
+    pub footer: Option<FooterInfo>,
+    pub counts: Counts,
+    /// Offset just past the last valid batch.
+    pub data_end: u64,
+}
+
+impl SegmentInfo {
+    pub fn sealed(&self) -> bool {
+        self.footer.is_some()
+    }
+}
+
+/// The result of scanning a log directory.
+#[derive(Debug)]
+pub struct LogScan {
+    pub meta: Option<MetaFile>,
+    /// Segments holding records, from the purge floor on, up to the first damage.
+    pub segments: Vec<SegmentInfo>,
+    /// Pre-created segments after the last one holding records.
+    pub spares: Vec<u64>,
+    /// Segment files below the purge floor (left by an interrupted purge).
+    pub leftovers: Vec<u64>,
+    pub damage: Option<Damage>,
+    pub verdict: CrcVerdict,
+    /// The record sequence and chain value the next record continues from.
+    pub next_seq: u64,
+    pub last_crc: u32,
+    /// Logical state at the end of the valid records (None if no segment holds records).
+    pub logical: Option<Logical>,
+    /// Highest record sequence the log itself attests as synced.
+    pub durable_seq: u64,
+    /// Records walked (a fast scan walks only the last segment).
+    pub records_walked: u64,
+}
+
+pub(crate) fn read_meta(storage: &dyn Storage) -> Result<std::result::Result<MetaFile, DamageKind>> {
+    let f = storage.open(META_FILE_NAME, false).map_err(|e| Error::io("opening wal.meta", e))?;
+    let mut buf = [0u8; META_FILE_LEN + 1];
+    let n = storage.read_at(f, 0, &mut buf);
+    storage.close(f);
+    let n = n.map_err(|e| Error::io("reading wal.meta", e))?;
+    if n != META_FILE_LEN {
+        return Ok(Err(DamageKind::BadMetaFile("wrong length")));
+    }
+    let Ok(m) = MetaFile::read_from_bytes(buf.get(..META_FILE_LEN).unwrap_or_default()) else {
+        return Ok(Err(DamageKind::BadMetaFile("unreadable")));
+    };
+    if m.crc.get() != m.compute_crc() {
+        return Ok(Err(DamageKind::BadMetaFile("checksum mismatch")));
+    }
+    if m.magic != META_MAGIC {
+        return Ok(Err(DamageKind::BadMetaFile("bad magic")));
+    }
+    if m.format_version.get() != FORMAT_VERSION {
+        return Ok(Err(DamageKind::UnsupportedVersion(m.format_version.get())));
+    }
+    if m.reserved0 != [0; 4] || m.reserved1 != [0; 8] {
+        return Ok(Err(DamageKind::BadMetaFile("non-zero reserved bytes")));
+    }
+    Ok(Ok(m))
+}
+
+/// Maps a segment file by sequence.
+pub(crate) fn map_segment(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
+    let name = segment_file_name(seq);
+    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let m = storage.map(f);
+    storage.close(f);
+    m.map_err(|e| Error::io(format!("mapping {name}"), e))
+}
+
+fn header_checks_out(storage: &dyn Storage, seq: u64) -> Result<bool> {
+    let name = segment_file_name(seq);
+    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let mut b = [0u8; SEGMENT_HEADER_LEN];
+    let n = storage.read_at(f, 0, &mut b);
+    storage.close(f);
+    let n = n.map_err(|e| Error::io(format!("reading {name}"), e))?;
+    Ok(n == SEGMENT_HEADER_LEN
+        && SegmentHeader::read_from_bytes(&b)
+            .is_ok_and(|h| h.magic == SEGMENT_MAGIC && h.header_crc.get() == h.compute_crc()))
+}
+
+fn damage_at(verdict: CrcVerdict, kind: DamageKind, segment: u64, offset: u64) -> Damage {
+    Damage { verdict, kind, segment, offset, lsn: 0, seq: 0, batch_start: offset }
+}
+
+fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool) -> Damage {
+    Damage {
+        verdict: scan::classify(bytes, r, later),
+        kind: r.kind.clone(),
+        segment,
+        offset: r.offset,
+        lsn: r.lsn,
+        seq: r.seq,
+        batch_start: r.batch_start,
+    }
+}
+
+/// Scans the log in `storage`. `Err` only when the directory cannot be read or holds no log.
+pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
+    let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
+    let mut seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
+    seqs.sort_unstable();
+    let mut out = LogScan {
+        meta: None,
+        segments: Vec::new(),
+        spares: Vec::new(),
+        leftovers: Vec::new(),
+        damage: None,
+        verdict: CrcVerdict::Ok,
+        next_seq: 1,
+        last_crc: 0,
+        logical: None,
+        durable_seq: 0,
+        records_walked: 0,
+    };
+    let has_meta = names.iter().any(|n| n == META_FILE_NAME);
+    if !has_meta {
+        if seqs.is_empty() {
+            return Err(Error::NotFound("no wal.meta and no segments".into()));
+        }
+        out.damage = Some(damage_at(CrcVerdict::Corrupt, DamageKind::BadMetaFile("missing"), 0, 0));
+        out.verdict = CrcVerdict::Corrupt;
+        return Ok(out);
+    }
+    let meta = match read_meta(storage)? {
+        Ok(m) => m,
+        Err(kind) => {
+            let verdict = if matches!(kind, DamageKind::UnsupportedVersion(_)) {
+                CrcVerdict::UnsupportedVersion
+            } else {
+                CrcVerdict::Corrupt
+            };
+            out.damage = Some(damage_at(verdict, kind, 0, 0));
+            out.verdict = verdict;
+            return Ok(out);
+        }
+    };
+    out.meta = Some(meta);
+    let floor = meta.floor_segment_seq.get();
+    out.leftovers = seqs.iter().copied().filter(|&s| s < floor).collect();
+    let live: Vec<u64> = seqs.into_iter().filter(|&s| s >= floor).collect();
+    if live.first() != Some(&floor) {
+        out.damage = Some(damage_at(CrcVerdict::Corrupt, DamageKind::MissingPurgeFloor, floor, 0));
+        out.verdict = CrcVerdict::Corrupt;
+        return Ok(out);
+    }
+    if let Some(i) = live.iter().zip(floor..).position(|(&s, want)| s != want) {
+        let missing = floor + i as u64;
+        let next = live.get(i).copied().unwrap_or(missing);
+        out.damage =
+            Some(damage_at(CrcVerdict::Corrupt, DamageKind::MissingSegment { segment: missing }, next, 0));
+        out.verdict = CrcVerdict::Corrupt;
+        return Ok(out);
+    }
+    let mut valid = Vec::with_capacity(live.len());
+    for &s in &live {
+        valid.push(header_checks_out(storage, s)?);
+    }
+    let later_valid = |i: usize| valid.get(i + 1..).is_some_and(|v| v.iter().any(|&x| x));
+
+    out.next_seq = meta.floor_first_record_seq.get();
+    out.last_crc = meta.floor_prev_crc.get();
+    let mut logical: Option<Logical> = None;
+    for (i, &seq) in live.iter().enumerate() {
+        let later = later_valid(i);
+        let bytes = map_segment(storage, seq)?;
+        let expect = Expect {
+            segment_seq: seq,
+            log_id: meta.log_id,
+            first_record_seq: Some(out.next_seq),
+            prev_crc: Some(out.last_crc),
+        };
+        let header = match scan::read_start(&bytes, &expect) {
+            Start::Spare => {
+                if later {
+                    out.damage = Some(damage_at(
+                        CrcVerdict::Corrupt,
+                        DamageKind::BadSegmentHeader("empty segment before a segment holding data"),
+                        seq,
+                        0,
+                    ));
+                    break;
+                }
+                out.spares.push(seq);
+                continue;
+            }
+            Start::Unsupported(v) => {
+                out.damage = Some(damage_at(
+                    CrcVerdict::UnsupportedVersion,
+                    DamageKind::UnsupportedVersion(v),
+                    seq,
+                    0,
+                ));
+                break;
+            }
+            Start::Damage(r) => {
+                out.damage = Some(classified(&bytes, seq, &r, later));
+                break;
+            }
+            Start::Segment(h) => h,
+        };
+        if !full && later {
+            if let Some((fh, info)) = scan::read_footer_fast(&bytes, header.segment_len.get()) {
+                let first = header.first_record_seq.get();
+                if fh.seq.get() > first {
+                    out.next_seq = fh.seq.get() + 1;
+                    out.last_crc = fh.crc.get();
+                    out.durable_seq = fh.seq.get();
+                    let p = &info.payload;
+                    let counts = Counts {
+                        records: p.record_count.get(),
+                        entries: p.entry_count.get(),
+                        min_lsn: p.min_lsn.get(),
+                        max_lsn: p.max_lsn.get(),
+                        min_keep_lt: p.min_keep_lt.get(),
+                        cuts: p.cut_count.get(),
+                    };
+                    let data_end = p.data_end.get();
+                    out.segments.push(SegmentInfo { seq, header, footer: Some(info), counts, data_end });
+                    logical = None;
+                    continue;
+                }
+            }
+        }
+        let mut w = Walker::new(header, logical.take());
+        let damage = loop {
+            match w.next(&bytes) {
+                Step::Record(_) => out.records_walked += 1,
+                Step::End => break None,
+                Step::Damage(r) => break Some(r),
+            }
+        };
+        if let Some(r) = damage {
+            out.damage = Some(classified(&bytes, seq, &r, later));
+            // The valid prefix of this segment is still the log's end (salvage reads it).
+            out.next_seq = w.expect_seq;
+            out.last_crc = w.prev_crc;
+            out.durable_seq = out.durable_seq.max(w.durable_seq);
+            out.segments.push(SegmentInfo {
+                seq,
+                header,
+                footer: None,
+                counts: w.counts.clone(),
+                data_end: w.data_end,
+            });
+            out.logical = w.logical;
+            break;
+        }
+        if w.footer.is_none() && later {
+            out.damage = Some(damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, w.data_end));
+            break;
+        }
+        out.next_seq = w.expect_seq;
+        out.last_crc = w.prev_crc;
+        out.durable_seq = out.durable_seq.max(w.durable_seq);
+        if let Some(f) = &w.footer {
+            out.durable_seq = out.durable_seq.max(f.seq);
+        }
+        logical = w.logical.clone();
+        out.segments.push(SegmentInfo {
+            seq,
+            header,
+            footer: w.footer.take(),
+            counts: w.counts.clone(),
+            data_end: w.data_end,
+        });
+    }
+    if out.logical.is_none() {
+        out.logical = logical;
+    }
+    out.verdict = out.damage.as_ref().map_or(CrcVerdict::Ok, |d| d.verdict);
+    Ok(out)
+}

@@ -1,0 +1,1005 @@
+//! Walking the bytes of one segment: decoding records, checking the checksum chain, the batch
+//! structure and the logical rules, and classifying the first damage.
+//!
+//! The walker is pull-based ([`Walker::next`]) so that recovery, the replay iterator and the
+//! verifier share it. It works on a byte slice (a map, or a buffer filled with pread) and never
+//! allocates per record.
+//!
+//! # The decision table
+//!
+//! A record is *damaged* when its header checksum fails (`header_ok = false`), or its header
+//! checks out but its body does not (`body_ok = false`: record checksum, padding, or a zero tail
+//! that is not zero), or it checks out entirely but breaks a rule no torn write can produce
+//! (`semantic`: sequence gap, chain break, LSN gap, stale epoch, bad batch structure, wrong
+//! segment identity). For the first damaged record of the log:
+//!
+//! | header ok | body ok | semantic | attested | zero sector | short at EOF | verdict |
+//! |---|---|---|---|---|---|---|
+//! | yes | yes | no | - | - | - | valid record |
+//! | yes | yes | yes | - | - | - | CORRUPT |
+//! | any | any | - | yes | - | - | CORRUPT |
+//! | any | any | - | no | yes | - | TORN_TAIL |
+//! | yes | no | - | no | no | yes | TORN_TAIL |
+//! | no | any | - | no | no | any | CORRUPT_TAIL |
+//! | yes | no | - | no | no | no | CORRUPT_TAIL |
+//!
+//! *Attested*: a later segment has a valid header (rotation syncs the old segment first), or a
+//! later self-valid batch frame or footer in the same segment declares `durable_seq` at or past the
+//! damaged record: that data was synced, so its damage cannot be a torn write. *Zero sector*: an
+//! all-zero, 512-byte-aligned sector inside the damaged batch's extent. *Short at EOF*: the file
+//! ends inside the record (counted only when the header, hence the length, checks out). See
+//! [`decide`] and its exhaustive test.
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+use crate::error::{CrcVerdict, DamageKind};
+use crate::format::*;
+use std::collections::BTreeMap;
+use zerocopy::FromBytes;
+
+/// The log's logical state at a point of the record stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Logical {
+    /// The LSN the next entry takes.
+    pub next_lsn: u64,
+    /// The lowest live LSN, if any entry is live.
+    pub first_lsn: Option<u64>,
+    /// The writer epoch in force.
+    pub epoch: u64,
+    /// Metadata values by key.
+    pub meta: BTreeMap<u32, Vec<u8>>,
+}
+
+/// One valid record, borrowed from the segment's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rec<'a> {
+    pub kind: Kind,
+    pub flags: u8,
+    pub seq: u64,
+    pub lsn: u64,
+    pub epoch: u64,
+    pub payload: &'a [u8],
+    /// Offset of the record header in the segment.
+    pub offset: u64,
+    pub crc: u32,
+    pub prev_crc: u32,
+}
+
+/// The first damage in a segment, before it is classified against the rest of the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawDamage {
+    pub kind: DamageKind,
+    pub offset: u64,
+    /// First byte of the batch the damage is in (where a cut would start).
+    pub batch_start: u64,
+    /// End of the batch as its frame declared it, when the frame checked out.
+    pub declared_end: Option<u64>,
+    pub header_ok: bool,
+    pub body_ok: bool,
+    pub semantic: bool,
+    pub short_at_eof: bool,
+    /// Record sequence expected at the damage.
+    pub seq: u64,
+    /// LSN the next entry would have had.
+    pub lsn: u64,
+}
+
+/// One step of a walk.
+#[derive(Debug)]
+pub enum Step<'a> {
+    Record(Rec<'a>),
+    /// The segment ended cleanly (sealed or not).
+    End,
+    Damage(RawDamage),
+}
+
+/// What the start of a segment file says.
+#[derive(Debug)]
+pub enum Start {
+    /// Every byte is zero: a pre-created segment that never took a record.
+    Spare,
+    Segment(SegmentHeader),
+    Damage(RawDamage),
+    Unsupported(u32),
+}
+
+/// What a segment is expected to be, from the log around it.
+#[derive(Clone, Debug)]
+pub struct Expect {
+    pub segment_seq: u64,
+    pub log_id: [u8; 16],
+    /// `None` when the previous segment is not known (first segment read, or after a fast open).
+    pub first_record_seq: Option<u64>,
+    pub prev_crc: Option<u32>,
+}
+
+/// Decoded summary of a footer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FooterInfo {
+    pub payload: FooterPayload,
+    pub index: Vec<IndexPoint>,
+    pub seq: u64,
+    pub crc: u32,
+}
+
+/// Reads and checks a segment header.
+pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
+    let damage = |kind, semantic: bool, header_ok: bool| {
+        Start::Damage(RawDamage {
+            kind,
+            offset: 0,
+            batch_start: 0,
+            declared_end: None,
+            header_ok,
+            body_ok: false,
+            semantic,
+            short_at_eof: !header_ok && bytes.len() < SEGMENT_HEADER_LEN,
+            seq: expect.first_record_seq.unwrap_or(0),
+            lsn: 0,
+        })
+    };
+    let Some(hb) = bytes.get(..SEGMENT_HEADER_LEN) else {
+        if is_zero(bytes) {
+            return Start::Spare;
+        }
+        return damage(DamageKind::ShortAtEof, false, false);
+    };
+    if is_zero(hb) {
+        if is_zero(bytes) {
+            return Start::Spare;
+        }
+        return damage(DamageKind::ZeroHeader, false, false);
+    }
+    let Ok(h) = SegmentHeader::read_from_bytes(hb) else {
+        return damage(DamageKind::BadSegmentHeader("unreadable"), false, false);
+    };
+    let actual = h.compute_crc();
+    if h.header_crc.get() != actual {
+        return damage(DamageKind::HeaderChecksum { expected: h.header_crc.get(), actual }, false, false);
+    }
+    if h.magic != SEGMENT_MAGIC {
+        return damage(DamageKind::BadSegmentHeader("bad magic"), true, true);
+    }
+    if h.format_version.get() != FORMAT_VERSION {
+        return Start::Unsupported(h.format_version.get());
+    }
+    if h.reserved != [0; 8] {
+        return damage(DamageKind::NonZeroReserved, true, true);
+    }
+    if h.log_id != expect.log_id {
+        return damage(DamageKind::ForeignSegment, true, true);
+    }
+    if h.segment_seq.get() != expect.segment_seq {
+        return damage(DamageKind::BadSegmentHeader("sequence differs from the file name"), true, true);
+    }
+    let len = h.segment_len.get();
+    if !(MIN_SEGMENT_LEN..=MAX_SEGMENT_LEN).contains(&len) || !(len as usize).is_multiple_of(SECTOR) {
+        return damage(DamageKind::BadSegmentHeader("impossible segment length"), true, true);
+    }
+    if (bytes.len() as u64) < u64::from(len) {
+        let mut d = damage(DamageKind::ShortAtEof, false, true);
+        if let Start::Damage(r) = &mut d {
+            r.short_at_eof = true;
+            r.offset = bytes.len() as u64;
+        }
+        return d;
+    }
+    if bytes.len() as u64 > u64::from(len) {
+        return damage(DamageKind::BadSegmentHeader("file longer than its segment length"), true, true);
+    }
+    if let Some(first) = expect.first_record_seq {
+        if h.first_record_seq.get() != first {
+            return damage(
+                DamageKind::SeqGap { expected: first, found: h.first_record_seq.get() },
+                true,
+                true,
+            );
+        }
+    }
+    if let Some(prev) = expect.prev_crc {
+        if h.prev_crc.get() != prev {
+            return damage(DamageKind::ChainBreak { expected: prev, found: h.prev_crc.get() }, true, true);
+        }
+    }
+    Start::Segment(h)
+}
+
+/// Outcome of decoding one record's bytes (no chain or logical checks).
+pub(crate) struct Decoded<'a> {
+    pub header: RecordHeader,
+    pub kind: Kind,
+    pub payload: &'a [u8],
+    pub total_len: usize,
+}
+
+pub(crate) struct DecodeError {
+    pub kind: DamageKind,
+    pub header_ok: bool,
+    pub semantic: bool,
+    pub short_at_eof: bool,
+}
+
+/// Decodes the record at `off`, which must end at or before `limit`.
+pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'_>, DecodeError> {
+    let err =
+        |kind, header_ok, semantic, short_at_eof| DecodeError { kind, header_ok, semantic, short_at_eof };
+    let Some(hb) = bytes.get(off..off + RECORD_HEADER_LEN) else {
+        return Err(err(DamageKind::ShortAtEof, false, false, true));
+    };
+    if is_zero(hb) {
+        return Err(err(DamageKind::ZeroHeader, false, false, false));
+    }
+    let Ok(header) = RecordHeader::read_from_bytes(hb) else {
+        return Err(err(DamageKind::ShortAtEof, false, false, true));
+    };
+    let actual = header.compute_header_crc();
+    if actual != header.header_crc.get() {
+        return Err(err(
+            DamageKind::HeaderChecksum { expected: header.header_crc.get(), actual },
+            false,
+            false,
+            false,
+        ));
+    }
+    let Some(kind) = Kind::from_u8(header.kind) else {
+        return Err(err(DamageKind::BadKind(header.kind), true, true, false));
+    };
+    if header.flags & !kind.allowed_flags() != 0 {
+        return Err(err(DamageKind::BadFlags(header.flags), true, true, false));
+    }
+    if header.reserved0 != [0; 2] || header.reserved1 != [0; 4] {
+        return Err(err(DamageKind::NonZeroReserved, true, true, false));
+    }
+    let payload_len = header.payload_len.get();
+    if payload_len > MAX_PAYLOAD_LEN {
+        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false));
+    }
+    let total_len = record_len(payload_len as usize);
+    let end = off + total_len;
+    if end > bytes.len() {
+        return Err(err(DamageKind::ShortAtEof, true, false, true));
+    }
+    if end > limit {
+        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false));
+    }
+    let body = off + RECORD_HEADER_LEN;
+    let payload = bytes.get(body..body + payload_len as usize).unwrap_or_default();
+    let actual = header.compute_crc(payload);
+    if actual != header.crc.get() {
+        return Err(err(DamageKind::Checksum { expected: header.crc.get(), actual }, true, false, false));
+    }
+    if !is_zero(bytes.get(body + payload_len as usize..end).unwrap_or_default()) {
+        return Err(err(DamageKind::NonZeroPadding, true, false, false));
+    }
+    Ok(Decoded { header, kind, payload, total_len })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Data,
+    Footer,
+    Done,
+}
+
+/// Running counts a footer must agree with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub records: u32,
+    pub entries: u32,
+    pub min_lsn: u64,
+    pub max_lsn: u64,
+    pub min_keep_lt: u64,
+    pub cuts: u32,
+}
+
+/// Walks the records of one segment.
+#[derive(Clone, Debug)]
+pub struct Walker {
+    pub header: SegmentHeader,
+    off: usize,
+    limit: usize,
+    pub expect_seq: u64,
+    pub prev_crc: u32,
+    batch_start: usize,
+    batch_end: usize,
+    batch_left: u32,
+    first_batch: bool,
+    group_open: bool,
+    phase: Phase,
+    /// Validate footer counts (false when the walk resumed mid-segment).
+    full: bool,
+    /// Logical state; `None` until the segment's State record is read.
+    pub logical: Option<Logical>,
+    /// Highest `durable_seq` any frame declared.
+    pub durable_seq: u64,
+    pub counts: Counts,
+    /// Offset just past the last valid batch.
+    pub data_end: u64,
+    pub footer: Option<FooterInfo>,
+    /// Stop (as if the data ended) at this offset: a reader's bound inside the live segment.
+    pub stop_at: Option<u64>,
+}
+
+impl Walker {
+    /// Starts at the first batch. `logical` is the state at the segment's start if known.
+    pub fn new(header: SegmentHeader, logical: Option<Logical>) -> Walker {
+        let limit = footer_offset(header.segment_len.get());
+        Walker {
+            off: SEGMENT_HEADER_LEN,
+            limit,
+            expect_seq: header.first_record_seq.get(),
+            prev_crc: header.chain_seed(),
+            header,
+            batch_start: SEGMENT_HEADER_LEN,
+            batch_end: SEGMENT_HEADER_LEN,
+            batch_left: 0,
+            first_batch: true,
+            group_open: false,
+            phase: Phase::Data,
+            full: true,
+            logical,
+            durable_seq: 0,
+            counts: Counts { min_keep_lt: u64::MAX, ..Counts::default() },
+            data_end: SEGMENT_HEADER_LEN as u64,
+            footer: None,
+            stop_at: None,
+        }
+    }
+
+    /// Resumes at the batch frame at `offset` (a footer index point) with `next_lsn` there.
+    /// Chain state is taken from the frame's own (checked) header.
+    pub fn resume(header: SegmentHeader, bytes: &[u8], offset: u64, next_lsn: u64) -> Option<Walker> {
+        let mut w = Walker::new(header, None);
+        let d = decode(bytes, offset as usize, w.limit).ok()?;
+        if d.kind != Kind::Frame {
+            return None;
+        }
+        w.off = offset as usize;
+        w.batch_start = w.off;
+        w.batch_end = w.off;
+        w.expect_seq = d.header.seq.get();
+        w.prev_crc = d.header.prev_crc.get();
+        w.first_batch = false;
+        w.full = false;
+        w.logical =
+            Some(Logical { next_lsn, first_lsn: None, epoch: d.header.epoch.get(), meta: BTreeMap::new() });
+        Some(w)
+    }
+
+    /// Offset of the next record to read.
+    pub fn offset(&self) -> u64 {
+        self.off as u64
+    }
+
+    pub fn sealed(&self) -> bool {
+        self.footer.is_some()
+    }
+
+    fn next_lsn(&self) -> u64 {
+        self.logical.as_ref().map_or(0, |l| l.next_lsn)
+    }
+
+    fn damage(
+        &mut self,
+        kind: DamageKind,
+        off: usize,
+        header_ok: bool,
+        body_ok: bool,
+        semantic: bool,
+        short: bool,
+    ) -> RawDamage {
+        self.phase = Phase::Done;
+        let in_batch = self.batch_left > 0 || off < self.batch_end;
+        let batch_start = if in_batch { self.batch_start } else { off };
+        RawDamage {
+            kind,
+            offset: off as u64,
+            batch_start: batch_start as u64,
+            declared_end: if in_batch { Some(self.batch_end as u64) } else { None },
+            header_ok,
+            body_ok,
+            semantic,
+            short_at_eof: short,
+            seq: self.expect_seq,
+            lsn: self.next_lsn(),
+        }
+    }
+
+    fn semantic(&mut self, kind: DamageKind, off: usize) -> Step<'static> {
+        Step::Damage(self.damage(kind, off, true, true, true, false))
+    }
+
+    /// The next valid record, the clean end of the segment, or the first damage.
+    pub fn next<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
+        match self.phase {
+            Phase::Done => Step::End,
+            Phase::Footer => self.read_footer(bytes),
+            Phase::Data => self.read_data(bytes),
+        }
+    }
+
+    fn read_data<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
+        let off = self.off;
+        if self.batch_left == 0 {
+            let at_stop = self.stop_at.is_some_and(|s| off as u64 >= s);
+            let no_room = off + RECORD_HEADER_LEN > self.limit;
+            let zero = bytes.get(off..off + RECORD_HEADER_LEN).is_some_and(is_zero);
+            if at_stop {
+                self.data_end = off as u64;
+                self.phase = Phase::Done;
+                return Step::End;
+            }
+            if no_room || zero {
+                self.data_end = off as u64;
+                let rest = bytes.get(off..self.limit.min(bytes.len())).unwrap_or_default();
+                if let Some(p) = first_nonzero(rest) {
+                    let at = off + (p & !(ALIGN - 1));
+                    let mut r = self.damage(DamageKind::NonZeroTail, at, false, false, false, false);
+                    // Bytes after the end of the data can only be a later batch: a cut starts here.
+                    r.batch_start = off as u64;
+                    return Step::Damage(r);
+                }
+                if bytes.len() < self.limit {
+                    return Step::Damage(self.damage(
+                        DamageKind::ShortAtEof,
+                        bytes.len(),
+                        true,
+                        false,
+                        false,
+                        true,
+                    ));
+                }
+                self.phase = Phase::Footer;
+                return self.read_footer(bytes);
+            }
+        }
+        let d = match decode(bytes, off, self.limit) {
+            Ok(d) => d,
+            Err(e) => {
+                let body_ok = e.semantic;
+                return Step::Damage(self.damage(
+                    e.kind,
+                    off,
+                    e.header_ok,
+                    body_ok,
+                    e.semantic,
+                    e.short_at_eof,
+                ));
+            }
+        };
+        let h = &d.header;
+        if h.seq.get() != self.expect_seq {
+            return self.semantic(DamageKind::SeqGap { expected: self.expect_seq, found: h.seq.get() }, off);
+        }
+        if h.prev_crc.get() != self.prev_crc {
+            return self
+                .semantic(DamageKind::ChainBreak { expected: self.prev_crc, found: h.prev_crc.get() }, off);
+        }
+        let end = off + d.total_len;
+        if self.batch_left == 0 {
+            if d.kind != Kind::Frame {
+                return self.semantic(DamageKind::BadFrame("expected a batch frame"), off);
+            }
+            let Ok(f) = FramePayload::read_from_bytes(d.payload) else {
+                return self.semantic(DamageKind::BadFrame("frame payload size"), off);
+            };
+            let batch_end = end as u64 + f.batch_len.get();
+            if f.record_count.get() == 0
+                || f.reserved != [0; 4]
+                || f.batch_len.get() % ALIGN as u64 != 0
+                || batch_end > self.limit as u64
+                || f.batch_len.get() < (RECORD_HEADER_LEN as u64) * u64::from(f.record_count.get())
+            {
+                return self.semantic(DamageKind::BadFrame("impossible count or length"), off);
+            }
+            if f.durable_seq.get() >= h.seq.get() || f.durable_seq.get() < self.durable_seq {
+                return self.semantic(DamageKind::BadFrame("durable sequence out of order"), off);
+            }
+            if let Err(k) = self.check_epoch(Kind::Frame, h.epoch.get()) {
+                return self.semantic(k, off);
+            }
+            self.durable_seq = f.durable_seq.get();
+            self.batch_start = off;
+            self.batch_end = batch_end as usize;
+            self.batch_left = f.record_count.get();
+        } else {
+            if matches!(d.kind, Kind::Frame | Kind::Footer) {
+                return self.semantic(DamageKind::BadFrame("frame or footer inside a batch"), off);
+            }
+            if end > self.batch_end {
+                return self.semantic(DamageKind::BadFrame("record runs past its batch"), off);
+            }
+            if self.group_open && d.kind != Kind::Entry {
+                return self.semantic(DamageKind::BadFrame("user batch interrupted"), off);
+            }
+            let first_of_segment = self.first_batch && self.counts.records == 1;
+            if first_of_segment != (d.kind == Kind::State) {
+                return self.semantic(
+                    DamageKind::BadState("a segment's first batch must start with its state"),
+                    off,
+                );
+            }
+            if let Err(k) = self.apply(&d, off) {
+                return self.semantic(k, off);
+            }
+            self.batch_left -= 1;
+            self.group_open = d.kind == Kind::Entry && h.flags & FLAG_GROUP_CONT != 0;
+            if self.batch_left == 0 {
+                if end != self.batch_end {
+                    return self
+                        .semantic(DamageKind::BadFrame("batch length disagrees with its records"), off);
+                }
+                if self.group_open {
+                    return self.semantic(DamageKind::BadFrame("user batch split across frames"), off);
+                }
+                self.first_batch = false;
+            } else if end == self.batch_end {
+                return self.semantic(DamageKind::BadFrame("fewer records than the frame declares"), off);
+            }
+        }
+        self.counts.records += 1;
+        self.off = end;
+        self.expect_seq += 1;
+        self.prev_crc = h.crc.get();
+        if self.batch_left == 0 {
+            self.data_end = end as u64;
+        }
+        Step::Record(Rec {
+            kind: d.kind,
+            flags: h.flags,
+            seq: h.seq.get(),
+            lsn: h.lsn.get(),
+            epoch: h.epoch.get(),
+            payload: d.payload,
+            offset: off as u64,
+            crc: h.crc.get(),
+            prev_crc: h.prev_crc.get(),
+        })
+    }
+
+    fn check_epoch(&self, kind: Kind, epoch: u64) -> Result<(), DamageKind> {
+        let Some(l) = &self.logical else {
+            return Ok(());
+        };
+        if kind == Kind::Epoch {
+            if epoch <= l.epoch {
+                return Err(DamageKind::StaleEpoch { current: l.epoch, found: epoch });
+            }
+        } else if epoch < l.epoch {
+            return Err(DamageKind::StaleEpoch { current: l.epoch, found: epoch });
+        } else if epoch > l.epoch {
+            return Err(DamageKind::BadState("record epoch newer than the log's"));
+        }
+        Ok(())
+    }
+
+    /// Checks a record against the logical state and applies it.
+    fn apply(&mut self, d: &Decoded<'_>, off: usize) -> Result<(), DamageKind> {
+        let h = &d.header;
+        let (lsn, epoch) = (h.lsn.get(), h.epoch.get());
+        if d.kind == Kind::State {
+            let st = parse_state(d.payload)?;
+            let st = Logical { epoch, ..st };
+            if h.lsn.get() != st.next_lsn {
+                return Err(DamageKind::BadState("header LSN differs from the state's"));
+            }
+            match &self.logical {
+                Some(l) if self.full && *l != st => {
+                    return Err(DamageKind::BadState("does not match the log before it"))
+                }
+                _ => self.logical = Some(st),
+            }
+            return Ok(());
+        }
+        self.check_epoch(d.kind, epoch)?;
+        let Some(l) = self.logical.as_mut() else {
+            return Err(DamageKind::BadState("record before the segment's state"));
+        };
+        let empty = d.payload.is_empty();
+        match d.kind {
+            Kind::Entry => {
+                if lsn != l.next_lsn {
+                    return Err(DamageKind::LsnGap { expected: l.next_lsn, found: lsn });
+                }
+                l.first_lsn.get_or_insert(lsn);
+                l.next_lsn = lsn.checked_add(1).ok_or(DamageKind::BadState("LSN overflow"))?;
+                let c = &mut self.counts;
+                c.min_lsn = if c.entries == 0 { lsn } else { c.min_lsn.min(lsn) };
+                c.max_lsn = if c.entries == 0 { lsn } else { c.max_lsn.max(lsn) };
+                c.entries += 1;
+            }
+            Kind::Truncate => {
+                if !empty || lsn >= l.next_lsn {
+                    return Err(DamageKind::BadState("truncation past the end of the log"));
+                }
+                if l.first_lsn.is_some_and(|f| lsn < f) {
+                    l.first_lsn = None;
+                }
+                l.next_lsn = lsn + 1;
+                self.counts.cuts += 1;
+                self.counts.min_keep_lt = self.counts.min_keep_lt.min(lsn + 1);
+            }
+            Kind::Reset => {
+                if !empty {
+                    return Err(DamageKind::BadState("reset with a payload"));
+                }
+                l.first_lsn = None;
+                l.next_lsn = lsn;
+                self.counts.cuts += 1;
+                self.counts.min_keep_lt = 0;
+            }
+            Kind::Epoch => {
+                if !empty || lsn != l.next_lsn {
+                    return Err(DamageKind::BadState("malformed epoch record"));
+                }
+                l.epoch = epoch;
+            }
+            Kind::Checkpoint => {
+                if d.payload.len() != CHECKPOINT_PAYLOAD_LEN || lsn > l.next_lsn {
+                    return Err(DamageKind::BadState("malformed checkpoint"));
+                }
+            }
+            Kind::Meta => {
+                let (key, value) = parse_meta(d.payload)?;
+                if !l.meta.contains_key(&key) && l.meta.len() >= MAX_META_KEYS {
+                    return Err(DamageKind::BadState("too many metadata keys"));
+                }
+                l.meta.insert(key, value.to_vec());
+            }
+            Kind::Frame | Kind::Footer | Kind::State => {
+                let _ = off;
+                return Err(DamageKind::BadFrame("misplaced record kind"));
+            }
+        }
+        Ok(())
+    }
+
+    fn read_footer<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
+        self.phase = Phase::Done;
+        let at = self.limit;
+        let slot = bytes.get(at..at + FOOTER_SLOT_LEN).unwrap_or_default();
+        if is_zero(slot) {
+            return Step::End;
+        }
+        // The footer is its own write: damage in it is judged as a batch of its own.
+        self.batch_start = at;
+        self.batch_end = at + FOOTER_SLOT_LEN;
+        self.batch_left = 0;
+        self.phase = Phase::Data;
+        let r = self.check_footer(bytes, at);
+        self.phase = Phase::Done;
+        r
+    }
+
+    fn check_footer<'a>(&mut self, bytes: &'a [u8], at: usize) -> Step<'a> {
+        let d = match decode(bytes, at, at + FOOTER_SLOT_LEN) {
+            Ok(d) => d,
+            Err(e) => {
+                let body_ok = e.semantic;
+                let mut r = self.damage(e.kind, at, e.header_ok, body_ok, e.semantic, e.short_at_eof);
+                r.batch_start = at as u64;
+                r.declared_end = Some((at + FOOTER_SLOT_LEN) as u64);
+                return Step::Damage(r);
+            }
+        };
+        let h = &d.header;
+        let bad = |w: &mut Walker, k: DamageKind| {
+            let mut r = w.damage(k, at, true, true, true, false);
+            r.batch_start = at as u64;
+            Step::Damage(r)
+        };
+        if d.kind != Kind::Footer {
+            return bad(self, DamageKind::BadFooter("not a footer"));
+        }
+        if h.seq.get() != self.expect_seq {
+            return bad(self, DamageKind::SeqGap { expected: self.expect_seq, found: h.seq.get() });
+        }
+        if h.prev_crc.get() != self.prev_crc {
+            return bad(self, DamageKind::ChainBreak { expected: self.prev_crc, found: h.prev_crc.get() });
+        }
+        if let Err(k) = self.check_epoch(Kind::Footer, h.epoch.get()) {
+            return bad(self, k);
+        }
+        let info = match parse_footer(d.payload, h.seq.get(), h.crc.get()) {
+            Ok(i) => i,
+            Err(k) => return bad(self, k),
+        };
+        let p = &info.payload;
+        if p.durable_seq.get() + 1 != h.seq.get() || p.data_end.get() != self.data_end {
+            return bad(self, DamageKind::BadFooter("durable sequence or data end disagree"));
+        }
+        if h.lsn.get() != self.next_lsn() && self.full {
+            return bad(self, DamageKind::BadFooter("next LSN disagrees"));
+        }
+        if self.full {
+            let c = &self.counts;
+            let same = p.record_count.get() == c.records
+                && p.entry_count.get() == c.entries
+                && p.min_lsn.get() == if c.entries == 0 { 0 } else { c.min_lsn }
+                && p.max_lsn.get() == if c.entries == 0 { 0 } else { c.max_lsn }
+                && p.min_keep_lt.get() == c.min_keep_lt
+                && p.cut_count.get() == c.cuts;
+            if !same {
+                return bad(self, DamageKind::BadFooter("counts disagree with the segment"));
+            }
+        }
+        if let Err(k) = check_index(bytes, &info.index, self.data_end) {
+            return bad(self, k);
+        }
+        let rest = bytes.get(at + d.total_len..at + FOOTER_SLOT_LEN).unwrap_or_default();
+        if let Some(p) = first_nonzero(rest) {
+            let off = at + d.total_len + (p & !(ALIGN - 1));
+            let mut r = self.damage(DamageKind::NonZeroTail, off, false, false, false, false);
+            r.batch_start = at as u64;
+            r.declared_end = Some((at + FOOTER_SLOT_LEN) as u64);
+            return Step::Damage(r);
+        }
+        self.expect_seq += 1;
+        self.prev_crc = h.crc.get();
+        self.footer = Some(info);
+        Step::Record(Rec {
+            kind: Kind::Footer,
+            flags: 0,
+            seq: h.seq.get(),
+            lsn: h.lsn.get(),
+            epoch: h.epoch.get(),
+            payload: d.payload,
+            offset: at as u64,
+            crc: h.crc.get(),
+            prev_crc: h.prev_crc.get(),
+        })
+    }
+}
+
+/// Reads a footer from the footer slot without walking the segment (fast open). Checks the
+/// record itself, not its link to the data before it.
+pub fn read_footer_fast(bytes: &[u8], segment_len: u32) -> Option<(RecordHeader, FooterInfo)> {
+    let at = footer_offset(segment_len);
+    let d = decode(bytes, at, at + FOOTER_SLOT_LEN).ok()?;
+    if d.kind != Kind::Footer {
+        return None;
+    }
+    let info = parse_footer(d.payload, d.header.seq.get(), d.header.crc.get()).ok()?;
+    if !is_zero(bytes.get(at + d.total_len..at + FOOTER_SLOT_LEN)?) {
+        return None;
+    }
+    Some((d.header, info))
+}
+
+fn check_index(bytes: &[u8], index: &[IndexPoint], data_end: u64) -> Result<(), DamageKind> {
+    let mut last = 0u64;
+    for p in index {
+        let off = p.offset.get();
+        if off < last || off >= data_end || off % ALIGN as u64 != 0 {
+            return Err(DamageKind::BadFooter("index point out of order or range"));
+        }
+        last = off + 1;
+        let ok = decode(bytes, off as usize, data_end as usize).is_ok_and(|d| d.kind == Kind::Frame);
+        if !ok {
+            return Err(DamageKind::BadFooter("index point does not name a batch frame"));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn parse_footer(payload: &[u8], seq: u64, crc: u32) -> Result<FooterInfo, DamageKind> {
+    let fixed = payload.get(..FOOTER_FIXED_LEN).ok_or(DamageKind::BadFooter("too short"))?;
+    let p = FooterPayload::read_from_bytes(fixed).map_err(|_| DamageKind::BadFooter("too short"))?;
+    let n = p.index_count.get() as usize;
+    if n > MAX_INDEX_POINTS || payload.len() != FOOTER_FIXED_LEN + n * INDEX_POINT_LEN {
+        return Err(DamageKind::BadFooter("index size"));
+    }
+    let mut index = Vec::with_capacity(n);
+    for c in payload.get(FOOTER_FIXED_LEN..).unwrap_or_default().chunks_exact(INDEX_POINT_LEN) {
+        index.push(IndexPoint::read_from_bytes(c).map_err(|_| DamageKind::BadFooter("index"))?);
+    }
+    Ok(FooterInfo { payload: p, index, seq, crc })
+}
+
+pub(crate) fn parse_meta(payload: &[u8]) -> Result<(u32, &[u8]), DamageKind> {
+    let bad = DamageKind::BadState("malformed metadata");
+    let key = payload.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).ok_or(bad.clone())?;
+    let len = payload.get(4..8).and_then(|b| <[u8; 4]>::try_from(b).ok()).ok_or(bad.clone())?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_META_VALUE_LEN || payload.len() != 8 + len {
+        return Err(bad);
+    }
+    Ok((u32::from_le_bytes(key), payload.get(8..).unwrap_or_default()))
+}
+
+fn parse_state(payload: &[u8]) -> Result<Logical, DamageKind> {
+    let bad = |w| DamageKind::BadState(w);
+    let fixed = payload.get(..STATE_FIXED_LEN).ok_or(bad("too short"))?;
+    let s = StatePayload::read_from_bytes(fixed).map_err(|_| bad("too short"))?;
+    if s.reserved != [0; 3] || s.has_entries > 1 || s.meta_count.get() as usize > MAX_META_KEYS {
+        return Err(bad("malformed"));
+    }
+    let mut meta = BTreeMap::new();
+    let mut at = STATE_FIXED_LEN;
+    for _ in 0..s.meta_count.get() {
+        let head = payload.get(at..at + 8).ok_or(bad("metadata runs past the record"))?;
+        let (key, len) = head.split_at(4);
+        let key = u32::from_le_bytes(<[u8; 4]>::try_from(key).map_err(|_| bad("key"))?);
+        let len = u32::from_le_bytes(<[u8; 4]>::try_from(len).map_err(|_| bad("len"))?) as usize;
+        if len > MAX_META_VALUE_LEN {
+            return Err(bad("metadata value too long"));
+        }
+        let v = payload.get(at + 8..at + 8 + len).ok_or(bad("metadata runs past the record"))?;
+        let padded = align_up(8 + len);
+        if !is_zero(payload.get(at + 8 + len..at + padded).unwrap_or_default()) {
+            return Err(DamageKind::NonZeroPadding);
+        }
+        if meta.insert(key, v.to_vec()).is_some() {
+            return Err(bad("duplicate metadata key"));
+        }
+        at += padded;
+    }
+    if at != payload.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(Logical {
+        next_lsn: s.next_lsn.get(),
+        first_lsn: (s.has_entries == 1).then(|| s.first_lsn.get()),
+        epoch: 0,
+        meta,
+    })
+}
+
+/// Encodes a State payload for `l`.
+pub(crate) fn encode_state(l: &Logical, out: &mut Vec<u8>) {
+    use zerocopy::IntoBytes;
+    let s = StatePayload {
+        next_lsn: l.next_lsn.into(),
+        first_lsn: l.first_lsn.unwrap_or(0).into(),
+        has_entries: u8::from(l.first_lsn.is_some()),
+        reserved: [0; 3],
+        meta_count: (l.meta.len() as u32).into(),
+    };
+    out.extend_from_slice(s.as_bytes());
+    for (k, v) in &l.meta {
+        out.extend_from_slice(&k.to_le_bytes());
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+        out.resize(out.len() + align_up(8 + v.len()) - 8 - v.len(), 0);
+    }
+}
+
+/// Index of the first non-zero byte.
+pub fn first_nonzero(b: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    for chunk in b.chunks(4096) {
+        if !is_zero(chunk) {
+            return chunk.iter().position(|&x| x != 0).map(|p| at + p);
+        }
+        at += chunk.len();
+    }
+    None
+}
+
+/// Index just past the last non-zero byte.
+pub fn end_of_nonzero(b: &[u8]) -> usize {
+    let mut end = b.len();
+    while end > 0 {
+        let start = end.saturating_sub(4096);
+        let chunk = b.get(start..end).unwrap_or_default();
+        if !is_zero(chunk) {
+            return start + chunk.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
+        }
+        end = start;
+    }
+    0
+}
+
+/// The decision table of the module docs.
+pub fn decide(
+    header_ok: bool,
+    body_ok: bool,
+    semantic: bool,
+    attested: bool,
+    zero_sector: bool,
+    short_at_eof: bool,
+) -> Option<CrcVerdict> {
+    if header_ok && body_ok && !semantic {
+        return None;
+    }
+    if semantic || attested {
+        return Some(CrcVerdict::Corrupt);
+    }
+    if zero_sector || (header_ok && short_at_eof) {
+        return Some(CrcVerdict::TornTail);
+    }
+    Some(CrcVerdict::CorruptTail)
+}
+
+/// Is there a self-valid frame or footer after `from` whose `durable_seq` covers `seq`?
+pub fn attested_later(bytes: &[u8], from: u64, seq: u64) -> bool {
+    let mut off = (from as usize + ALIGN) & !(ALIGN - 1);
+    while off + RECORD_HEADER_LEN <= bytes.len() {
+        let hb = bytes.get(off..off + RECORD_HEADER_LEN).unwrap_or_default();
+        // Fast reject: the kind byte must be a frame or footer.
+        let kind = hb.get(8).copied().unwrap_or(0);
+        if (kind == Kind::Frame as u8 || kind == Kind::Footer as u8) && !is_zero(hb) {
+            if let Ok(d) = decode(bytes, off, bytes.len()) {
+                let durable = match d.kind {
+                    Kind::Frame => FramePayload::read_from_bytes(d.payload).ok().map(|f| f.durable_seq.get()),
+                    Kind::Footer => d.header.seq.get().checked_sub(1),
+                    _ => None,
+                };
+                if durable.is_some_and(|ds| ds >= seq) && d.header.seq.get() > seq {
+                    return true;
+                }
+            }
+        }
+        off += ALIGN;
+    }
+    false
+}
+
+/// Is an all-zero sector inside `[start, end)` (whole sectors of the file only)?
+pub fn zero_sector_in(bytes: &[u8], start: u64, end: u64) -> bool {
+    let first = start as usize / SECTOR;
+    let last = (end as usize).div_ceil(SECTOR);
+    (first..last).any(|s| bytes.get(s * SECTOR..(s + 1) * SECTOR).is_some_and(is_zero))
+}
+
+/// Classifies raw damage in a segment's bytes; `later_segment` says a later segment holds data.
+pub fn classify(bytes: &[u8], d: &RawDamage, later_segment: bool) -> CrcVerdict {
+    let attested = later_segment || attested_later(bytes, d.offset, d.seq);
+    let extent_end = {
+        let nz =
+            d.batch_start as usize + end_of_nonzero(bytes.get(d.batch_start as usize..).unwrap_or_default());
+        let declared = d.declared_end.unwrap_or(0) as usize;
+        nz.max(declared).max(d.offset as usize + 1).min(bytes.len())
+    };
+    let zero = zero_sector_in(bytes, d.batch_start, extent_end as u64);
+    decide(d.header_ok, d.body_ok, d.semantic, attested, zero, d.short_at_eof).unwrap_or(CrcVerdict::Corrupt)
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    /// Every combination of the decision table's inputs, against the table in the module docs.
+    #[test]
+    fn decision_table_every_combination() {
+        let mut seen = std::collections::BTreeMap::new();
+        for bits in 0u32..64 {
+            let b = |i: u32| bits & (1 << i) != 0;
+            let (h, body, sem, att, zero, short) = (b(0), b(1), b(2), b(3), b(4), b(5));
+            let got = decide(h, body, sem, att, zero, short);
+            let want = if h && body && !sem {
+                None
+            } else if sem || att {
+                Some(CrcVerdict::Corrupt)
+            } else if zero || (h && short) {
+                Some(CrcVerdict::TornTail)
+            } else {
+                Some(CrcVerdict::CorruptTail)
+            };
+            assert_eq!(
+                got, want,
+                "inputs header_ok={h} body_ok={body} semantic={sem} attested={att} zero={zero} short={short}"
+            );
+            *seen.entry(format!("{got:?}")).or_insert(0) += 1;
+        }
+        // Each outcome is reachable.
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        // A header that does not check out never makes "short at EOF" evidence.
+        assert_eq!(decide(false, false, false, false, false, true), Some(CrcVerdict::CorruptTail));
+        // Attested damage is CORRUPT even with evidence of tearing.
+        assert_eq!(decide(true, false, false, true, true, true), Some(CrcVerdict::Corrupt));
+    }
+
+    #[test]
+    fn zero_and_nonzero_scans() {
+        let mut b = vec![0u8; 10_000];
+        assert_eq!(first_nonzero(&b), None);
+        assert_eq!(end_of_nonzero(&b), 0);
+        b[5000] = 1;
+        b[7001] = 2;
+        assert_eq!(first_nonzero(&b), Some(5000));
+        assert_eq!(end_of_nonzero(&b), 7002);
+        assert!(zero_sector_in(&b, 0, 600));
+        assert!(!zero_sector_in(&b, 4608, 5120));
+    }
+}

@@ -1,0 +1,191 @@
+//! Real files: `pwrite`, `fdatasync`, directory fsync, `flock`. Operations run at submission
+//! (this is the portable backend; the io_uring backend queues them to the kernel instead) and
+//! their completions wait in a queue until reaped.
+
+use super::{Completion, FileId, LockGuard, Mapping, Op, Storage, Submission};
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Zero-fill writes go out in chunks of this size.
+const ZERO_CHUNK: usize = 1 << 20;
+
+#[derive(Debug)]
+pub struct FileStorage {
+    dir: PathBuf,
+    files: Mutex<HashMap<FileId, Arc<File>>>,
+    next_id: Mutex<FileId>,
+    done: Mutex<VecDeque<Completion>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned mutex only means another thread panicked while holding it; the data (a map of
+    // handles or a queue) stays consistent, so carry on rather than cascade the panic.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl FileStorage {
+    /// Uses `dir` as the log directory, creating it if `create` is set.
+    pub fn new(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        if create {
+            std::fs::create_dir_all(&dir)?;
+        }
+        if !dir.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("log directory {} does not exist", dir.display()),
+            ));
+        }
+        Ok(FileStorage {
+            dir,
+            files: Mutex::new(HashMap::new()),
+            next_id: Mutex::new(1),
+            done: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn file(&self, id: FileId) -> io::Result<Arc<File>> {
+        lock(&self.files)
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| io::Error::other(format!("file handle {id} is not open")))
+    }
+
+    fn run(&self, op: Op) -> (io::Result<u64>, Option<Vec<u8>>) {
+        match op {
+            Op::Write { file, offset, data } => {
+                let r = self.file(file).and_then(|f| f.write_at(&data, offset).map(|n| n as u64));
+                (r, Some(data))
+            }
+            Op::SyncData { file } => (self.file(file).and_then(|f| f.sync_data()).map(|()| 0), None),
+            Op::SyncDir => (File::open(&self.dir).and_then(|d| d.sync_all()).map(|()| 0), None),
+            Op::ZeroFill { file, len } => (self.zero_fill(file, len).map(|()| 0), None),
+        }
+    }
+
+    fn zero_fill(&self, file: FileId, len: u64) -> io::Result<()> {
+        let f = self.file(file)?;
+        let zeros = vec![0u8; ZERO_CHUNK];
+        let mut at = f.metadata()?.len();
+        while at < len {
+            let n = ((len - at) as usize).min(ZERO_CHUNK);
+            f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
+
+impl Storage for FileStorage {
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let e = e?;
+            if let Some(n) = e.file_name().to_str() {
+                names.push(n.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true);
+        if create_new {
+            o.create_new(true);
+        }
+        let f = o.open(self.dir.join(name))?;
+        let mut next = lock(&self.next_id);
+        let id = *next;
+        *next += 1;
+        lock(&self.files).insert(id, Arc::new(f));
+        Ok(id)
+    }
+
+    fn close(&self, file: FileId) {
+        lock(&self.files).remove(&file);
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        std::fs::remove_file(self.dir.join(name))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        std::fs::rename(self.dir.join(from), self.dir.join(to))
+    }
+
+    fn len(&self, file: FileId) -> io::Result<u64> {
+        Ok(self.file(file)?.metadata()?.len())
+    }
+
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let f = self.file(file)?;
+        let mut got = 0;
+        while got < buf.len() {
+            let rest = buf.get_mut(got..).unwrap_or_default();
+            match f.read_at(rest, offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(got)
+    }
+
+    fn map(&self, file: FileId) -> io::Result<Mapping> {
+        let f = self.file(file)?;
+        if f.metadata()?.len() == 0 {
+            return Ok(Mapping::Empty);
+        }
+        // SAFETY: the map is read-only and the log never shrinks a segment file while it exists:
+        // truncation is logical (a record), purge unlinks whole files (an unlinked file's pages stay
+        // valid for existing maps), and tail repair overwrites bytes with zeros without changing the
+        // length. Another process could still shrink the file; the directory lock excludes other
+        // writers, and the verifier reads with pread, never through a map.
+        let m = unsafe { memmap2::Mmap::map(&*f)? };
+        Ok(Mapping::Mmap(m))
+    }
+
+    fn submit(&self, sub: Submission) -> io::Result<()> {
+        let (result, buf) = self.run(sub.op);
+        lock(&self.done).push_back(Completion { token: sub.token, result, buf });
+        Ok(())
+    }
+
+    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
+        let mut q = lock(&self.done);
+        if wait && q.is_empty() {
+            return Err(io::Error::other("reap would wait forever: nothing is in flight"));
+        }
+        out.extend(q.drain(..));
+        Ok(())
+    }
+
+    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.dir.join(crate::format::LOCK_FILE_NAME))?;
+        let r = if exclusive { f.try_lock() } else { f.try_lock_shared() };
+        match r {
+            Ok(()) => Ok(LockGuard::new(Box::new(f))),
+            Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{} is locked by another process", self.dir.display()),
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}

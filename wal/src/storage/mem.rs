@@ -1,0 +1,477 @@
+//! An in-memory backend with a durable image beside the live one, for tests.
+//!
+//! Model (Linux page cache over a device that tears at 512-byte sectors):
+//! - a write changes the live bytes at once and marks its sectors dirty;
+//! - `SyncData` copies the file's dirty sectors (and its length) into the durable image;
+//! - a *failed* `SyncData` forgets the dirty marks without making them durable, yet the live bytes
+//!   stay readable, and a later sync "succeeds": the fsyncgate semantics the log must not trust;
+//! - names (create, rename, remove) become durable only with `SyncDir`;
+//! - a crash image keeps the durable names and, per dirty sector, the new bytes, the old bytes
+//!   or garbage ([`SectorFate`]). Nothing is ever synced by close.
+
+use super::{Completion, FileId, LockGuard, Mapping, Op, Storage, Submission};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const SECTOR: u64 = crate::format::SECTOR as u64;
+
+#[derive(Clone, Debug, Default)]
+struct Node {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    dirty: BTreeSet<u64>,
+}
+
+/// The whole state of a [`MemStorage`]: enough to build every crash image from it.
+#[derive(Clone, Debug, Default)]
+pub struct MemState {
+    nodes: HashMap<u64, Node>,
+    live_names: BTreeMap<String, u64>,
+    durable_names: BTreeMap<String, u64>,
+    names_dirty: bool,
+    next_node: u64,
+}
+
+/// What a dirty sector holds after a crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SectorFate {
+    New,
+    Old,
+    Garbage(u64),
+}
+
+/// Where a crash happens, as seen by the sync observer.
+#[derive(Clone, Debug)]
+pub struct CrashPoint {
+    /// Count of sync operations (data and directory) submitted before this one.
+    pub sync_index: u64,
+    pub state: MemState,
+}
+
+impl MemState {
+    /// Dirty sectors across all files reachable after a crash, in a fixed order.
+    pub fn dirty_sectors(&self) -> Vec<(u64, u64)> {
+        let mut nodes: Vec<u64> = self.durable_names.values().copied().collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let mut out = Vec::new();
+        for n in nodes {
+            if let Some(node) = self.nodes.get(&n) {
+                out.extend(node.dirty.iter().map(|&s| (n, s)));
+            }
+        }
+        out
+    }
+
+    /// The storage a restart would find: durable names, and each dirty sector as `fate` says.
+    pub fn crash(&self, mut fate: impl FnMut(u64, u64) -> SectorFate) -> MemStorage {
+        let mut nodes = HashMap::new();
+        for &id in self.durable_names.values() {
+            let Some(node) = self.nodes.get(&id) else {
+                continue;
+            };
+            let mut bytes = node.durable.clone();
+            for &s in &node.dirty {
+                let start = s * SECTOR;
+                let end = (start + SECTOR).min(node.live.len() as u64);
+                if start >= end {
+                    continue;
+                }
+                let (start, end) = (start as usize, end as usize);
+                match fate(id, s) {
+                    SectorFate::Old => {}
+                    SectorFate::New => {
+                        if bytes.len() < end {
+                            bytes.resize(end, 0);
+                        }
+                        if let (Some(dst), Some(src)) = (bytes.get_mut(start..end), node.live.get(start..end))
+                        {
+                            dst.copy_from_slice(src);
+                        }
+                    }
+                    SectorFate::Garbage(seed) => {
+                        if bytes.len() < end {
+                            bytes.resize(end, 0);
+                        }
+                        let mut x = seed | 1;
+                        for b in bytes.get_mut(start..end).unwrap_or_default() {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            *b = x as u8;
+                        }
+                    }
+                }
+            }
+            nodes.insert(id, Node { live: bytes.clone(), durable: bytes, dirty: BTreeSet::new() });
+        }
+        let state = MemState {
+            nodes,
+            live_names: self.durable_names.clone(),
+            durable_names: self.durable_names.clone(),
+            names_dirty: false,
+            next_node: self.next_node,
+        };
+        MemStorage::from_state(state)
+    }
+
+    /// Bytes of a file as live now (for tests that corrupt an image directly).
+    pub fn file_bytes(&self, name: &str) -> Option<&[u8]> {
+        self.nodes.get(self.live_names.get(name)?).map(|n| n.live.as_slice())
+    }
+
+    /// Replaces a file's live and durable bytes (tests that inject corruption).
+    pub fn set_file_bytes(&mut self, name: &str, bytes: Vec<u8>) -> bool {
+        let Some(id) = self.live_names.get(name) else {
+            return false;
+        };
+        let Some(node) = self.nodes.get_mut(id) else {
+            return false;
+        };
+        node.durable = bytes.clone();
+        node.live = bytes;
+        node.dirty.clear();
+        true
+    }
+
+    /// Removes a name from the live and durable directory (tests of missing segments).
+    pub fn remove_file(&mut self, name: &str) -> bool {
+        let a = self.live_names.remove(name).is_some();
+        self.durable_names.remove(name);
+        a
+    }
+
+    pub fn file_names(&self) -> Vec<String> {
+        self.live_names.keys().cloned().collect()
+    }
+}
+
+/// Faults to inject. Counters count operations since the storage was created.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// The n-th `SyncData` (0-based) and every later one fails with EIO.
+    pub fail_sync_from: Option<u64>,
+    /// Writes complete at most this many bytes at a time (short writes).
+    pub short_write_max: Option<u64>,
+    /// Total bytes the device holds; a write or zero-fill past it fails with ENOSPC.
+    pub capacity_bytes: Option<u64>,
+    /// Deliver each reap's completions in reverse order.
+    pub reorder: bool,
+    pub syncs_seen: u64,
+    pub short_writes_done: u64,
+    pub reordered: u64,
+}
+
+type SyncObserver = Box<dyn FnMut(CrashPoint) + Send>;
+
+/// In-memory storage with crash images and fault injection. Cloning shares the same files.
+#[derive(Clone)]
+pub struct MemStorage {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<MemState>,
+    handles: Mutex<HashMap<FileId, u64>>,
+    next_handle: Mutex<FileId>,
+    done: Mutex<VecDeque<Completion>>,
+    faults: Mutex<Faults>,
+    observer: Mutex<Option<SyncObserver>>,
+    sync_ops: Mutex<u64>,
+    locks: Mutex<(bool, u32)>,
+}
+
+impl std::fmt::Debug for MemStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemStorage")
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct MemLock {
+    inner: Arc<Inner>,
+    exclusive: bool,
+}
+
+impl Drop for MemLock {
+    fn drop(&mut self) {
+        let mut l = lock(&self.inner.locks);
+        if self.exclusive {
+            l.0 = false;
+        } else {
+            l.1 = l.1.saturating_sub(1);
+        }
+    }
+}
+
+impl Default for MemStorage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemStorage {
+    pub fn new() -> Self {
+        Self::from_state(MemState { next_node: 1, ..MemState::default() })
+    }
+
+    fn from_state(state: MemState) -> Self {
+        MemStorage {
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                handles: Mutex::new(HashMap::new()),
+                next_handle: Mutex::new(1),
+                done: Mutex::new(VecDeque::new()),
+                faults: Mutex::new(Faults::default()),
+                observer: Mutex::new(None),
+                sync_ops: Mutex::new(0),
+                locks: Mutex::new((false, 0)),
+            }),
+        }
+    }
+
+    /// A copy of the whole state (live and durable).
+    pub fn state(&self) -> MemState {
+        lock(&self.inner.state).clone()
+    }
+
+    /// Edits the state in place (fault injection by tests).
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut MemState) -> R) -> R {
+        f(&mut lock(&self.inner.state))
+    }
+
+    pub fn faults(&self) -> MutexGuard<'_, Faults> {
+        lock(&self.inner.faults)
+    }
+
+    /// Calls `f` with the state just before every sync (data or directory) takes effect.
+    pub fn set_sync_observer(&self, f: impl FnMut(CrashPoint) + Send + 'static) {
+        *lock(&self.inner.observer) = Some(Box::new(f));
+    }
+
+    fn node(&self, file: FileId) -> io::Result<u64> {
+        lock(&self.inner.handles)
+            .get(&file)
+            .copied()
+            .ok_or_else(|| io::Error::other(format!("file handle {file} is not open")))
+    }
+
+    fn observe_sync(&self) {
+        let idx = {
+            let mut n = lock(&self.inner.sync_ops);
+            *n += 1;
+            *n - 1
+        };
+        let mut obs = lock(&self.inner.observer);
+        if let Some(f) = obs.as_mut() {
+            f(CrashPoint { sync_index: idx, state: self.state() });
+        }
+    }
+
+    fn used_bytes(st: &MemState) -> u64 {
+        st.nodes.values().map(|n| n.live.len() as u64).sum()
+    }
+
+    fn write(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<u64> {
+        let node = self.node(file)?;
+        let mut n = data.len() as u64;
+        {
+            let mut f = self.faults();
+            if let Some(max) = f.short_write_max {
+                if n > max {
+                    n = max;
+                    f.short_writes_done += 1;
+                }
+            }
+        }
+        let mut st = lock(&self.inner.state);
+        let end = offset + n;
+        let cap = self.faults().capacity_bytes;
+        let cur_len = st.nodes.get(&node).map_or(0, |x| x.live.len() as u64);
+        if let Some(cap) = cap {
+            if end > cur_len && Self::used_bytes(&st) + (end - cur_len) > cap {
+                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+        }
+        let nd = st.nodes.get_mut(&node).ok_or_else(|| io::Error::other("missing node"))?;
+        if (nd.live.len() as u64) < end {
+            nd.live.resize(end as usize, 0);
+        }
+        if let (Some(dst), Some(src)) =
+            (nd.live.get_mut(offset as usize..end as usize), data.get(..n as usize))
+        {
+            dst.copy_from_slice(src);
+        }
+        if n > 0 {
+            for s in offset / SECTOR..=(end - 1) / SECTOR {
+                nd.dirty.insert(s);
+            }
+        }
+        Ok(n)
+    }
+
+    fn sync_data(&self, file: FileId) -> io::Result<u64> {
+        let node = self.node(file)?;
+        self.observe_sync();
+        let fail = {
+            let mut f = self.faults();
+            let i = f.syncs_seen;
+            f.syncs_seen += 1;
+            f.fail_sync_from.is_some_and(|from| i >= from)
+        };
+        let mut st = lock(&self.inner.state);
+        let nd = st.nodes.get_mut(&node).ok_or_else(|| io::Error::other("missing node"))?;
+        if fail {
+            // Linux: the dirty pages are marked clean (their error reported once) but never
+            // reached the device; the page cache still shows them.
+            nd.dirty.clear();
+            return Err(io::Error::from_raw_os_error(5)); // EIO
+        }
+        let len = nd.live.len();
+        nd.durable.resize(len, 0);
+        for &s in &nd.dirty {
+            let a = (s * SECTOR) as usize;
+            let b = (a + SECTOR as usize).min(len);
+            if let (Some(dst), Some(src)) = (nd.durable.get_mut(a..b), nd.live.get(a..b)) {
+                dst.copy_from_slice(src);
+            }
+        }
+        nd.dirty.clear();
+        Ok(0)
+    }
+
+    fn zero_fill(&self, file: FileId, len: u64) -> io::Result<u64> {
+        let cur = self.len(file)?;
+        if len > cur {
+            let zeros = vec![0u8; (len - cur) as usize];
+            let mut at = 0;
+            while at < zeros.len() {
+                let n = self.write(file, cur + at as u64, zeros.get(at..).unwrap_or_default())?;
+                at += n as usize;
+            }
+        }
+        Ok(0)
+    }
+}
+
+impl Storage for MemStorage {
+    fn list(&self) -> io::Result<Vec<String>> {
+        Ok(lock(&self.inner.state).live_names.keys().cloned().collect())
+    }
+
+    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
+        let mut st = lock(&self.inner.state);
+        let node = match (st.live_names.get(name).copied(), create_new) {
+            (Some(_), true) => return Err(io::Error::from(io::ErrorKind::AlreadyExists)),
+            (Some(n), false) => n,
+            (None, false) => return Err(io::Error::from(io::ErrorKind::NotFound)),
+            (None, true) => {
+                let n = st.next_node;
+                st.next_node += 1;
+                st.nodes.insert(n, Node::default());
+                st.live_names.insert(name.to_string(), n);
+                st.names_dirty = true;
+                n
+            }
+        };
+        drop(st);
+        let mut h = lock(&self.inner.next_handle);
+        let id = *h;
+        *h += 1;
+        lock(&self.inner.handles).insert(id, node);
+        Ok(id)
+    }
+
+    fn close(&self, file: FileId) {
+        lock(&self.inner.handles).remove(&file);
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        let mut st = lock(&self.inner.state);
+        st.live_names.remove(name).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        st.names_dirty = true;
+        Ok(())
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut st = lock(&self.inner.state);
+        let n = st.live_names.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        st.live_names.insert(to.to_string(), n);
+        st.names_dirty = true;
+        Ok(())
+    }
+
+    fn len(&self, file: FileId) -> io::Result<u64> {
+        let node = self.node(file)?;
+        Ok(lock(&self.inner.state).nodes.get(&node).map_or(0, |n| n.live.len() as u64))
+    }
+
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let node = self.node(file)?;
+        let st = lock(&self.inner.state);
+        let live = st.nodes.get(&node).map(|n| n.live.as_slice()).unwrap_or_default();
+        let src = live.get(offset as usize..).unwrap_or_default();
+        let n = src.len().min(buf.len());
+        if let (Some(d), Some(s)) = (buf.get_mut(..n), src.get(..n)) {
+            d.copy_from_slice(s);
+        }
+        Ok(n)
+    }
+
+    fn map(&self, file: FileId) -> io::Result<Mapping> {
+        let node = self.node(file)?;
+        let st = lock(&self.inner.state);
+        let live = st.nodes.get(&node).map(|n| n.live.as_slice()).unwrap_or_default();
+        Ok(Mapping::Bytes(Arc::from(live)))
+    }
+
+    fn submit(&self, sub: Submission) -> io::Result<()> {
+        let (result, buf) = match sub.op {
+            Op::Write { file, offset, data } => (self.write(file, offset, &data), Some(data)),
+            Op::SyncData { file } => (self.sync_data(file), None),
+            Op::SyncDir => {
+                self.observe_sync();
+                let mut st = lock(&self.inner.state);
+                st.durable_names = st.live_names.clone();
+                st.names_dirty = false;
+                (Ok(0), None)
+            }
+            Op::ZeroFill { file, len } => (self.zero_fill(file, len), None),
+        };
+        lock(&self.inner.done).push_back(Completion { token: sub.token, result, buf });
+        Ok(())
+    }
+
+    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
+        let mut q = lock(&self.inner.done);
+        if wait && q.is_empty() {
+            return Err(io::Error::other("reap would wait forever: nothing is in flight"));
+        }
+        let start = out.len();
+        out.extend(q.drain(..));
+        let mut f = self.faults();
+        if f.reorder && out.len() - start > 1 {
+            out.get_mut(start..).unwrap_or_default().reverse();
+            f.reordered += 1;
+        }
+        Ok(())
+    }
+
+    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
+        let mut l = lock(&self.inner.locks);
+        let ok = if exclusive { !l.0 && l.1 == 0 } else { !l.0 };
+        if !ok {
+            return Err(io::Error::new(io::ErrorKind::WouldBlock, "log is locked"));
+        }
+        if exclusive {
+            l.0 = true;
+        } else {
+            l.1 += 1;
+        }
+        Ok(LockGuard::new(Box::new(MemLock { inner: self.inner.clone(), exclusive })))
+    }
+}

@@ -1,0 +1,173 @@
+//! The storage seam: every byte the log reads or writes goes through [`Storage`].
+//!
+//! It is completion-shaped: writes, syncs and zero-fills are *submitted* with a token and their
+//! results *reaped* later, possibly out of order and possibly short, which is what io_uring does.
+//! The synchronous path ([`complete`]) submits one operation and reaps until its token comes
+//! back, resubmitting the rest of a short write. Backends:
+//!
+//! - [`FileStorage`]: real files in a directory, `pwrite` + `fdatasync`, directory fsync, `flock`;
+//! - [`MemStorage`]: in memory, with a durable image beside the live one, crash images at sector
+//!   granularity, and injected faults (failed syncs, short writes, reordered completions, disk
+//!   full). It exists for tests, not as a product backend.
+
+mod file;
+mod mem;
+
+pub use file::FileStorage;
+pub use mem::{CrashPoint, Faults, MemState, MemStorage, SectorFate};
+
+use std::fmt;
+use std::io;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// An open file of a backend. Handles are never reused within one backend.
+pub type FileId = u64;
+
+/// An operation submitted to a backend.
+#[derive(Debug)]
+pub enum Op {
+    /// Write `data` at `offset`. The completion carries the bytes written, which may be fewer.
+    Write { file: FileId, offset: u64, data: Vec<u8> },
+    /// `fdatasync`: durable are exactly the writes whose completions were reaped before submission.
+    SyncData { file: FileId },
+    /// fsync of the log directory: makes created, renamed and removed names durable.
+    SyncDir,
+    /// Extend the file to `len` bytes by writing zeros (real blocks, not holes: see limits.md).
+    ZeroFill { file: FileId, len: u64 },
+}
+
+/// One submitted operation and the token its completion will carry.
+#[derive(Debug)]
+pub struct Submission {
+    pub token: u64,
+    pub op: Op,
+}
+
+/// The result of one submitted operation.
+#[derive(Debug)]
+pub struct Completion {
+    pub token: u64,
+    /// Bytes written for `Write` (possibly short); 0 for the others.
+    pub result: io::Result<u64>,
+    /// A `Write`'s buffer, handed back for reuse or for resubmitting the rest of a short write.
+    pub buf: Option<Vec<u8>>,
+}
+
+/// Read-only bytes of a whole file: a memory map for real files, a shared copy in memory.
+pub enum Mapping {
+    Mmap(memmap2::Mmap),
+    Bytes(Arc<[u8]>),
+    Empty,
+}
+
+impl Deref for Mapping {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Mapping::Mmap(m) => m,
+            Mapping::Bytes(b) => b,
+            Mapping::Empty => &[],
+        }
+    }
+}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mapping({} bytes)", self.len())
+    }
+}
+
+/// Held while a process uses the log directory; dropping it releases the lock.
+pub struct LockGuard(#[allow(dead_code)] Box<dyn Send + Sync>);
+
+impl LockGuard {
+    pub fn new(inner: Box<dyn Send + Sync>) -> Self {
+        LockGuard(inner)
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LockGuard")
+    }
+}
+
+/// The one file-I/O seam of the log.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Names of the files in the log directory.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// Opens `name`; with `create_new` the file must not exist yet.
+    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId>;
+    fn close(&self, file: FileId);
+    /// Removes a name (durable only after [`Op::SyncDir`]).
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Atomically replaces `to` with `from` (durable only after [`Op::SyncDir`]).
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+    fn len(&self, file: FileId) -> io::Result<u64>;
+    /// Positional read; returns the bytes read (0 at end of file).
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+    /// Maps the whole file read-only. The log never shrinks a file, so a map stays valid.
+    fn map(&self, file: FileId) -> io::Result<Mapping>;
+    fn submit(&self, sub: Submission) -> io::Result<()>;
+    /// Appends available completions to `out`; with `wait`, blocks until at least one is there.
+    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()>;
+    /// Takes the directory lock: exclusive for a writer, shared for readers; fails at once
+    /// with `WouldBlock` if held incompatibly.
+    fn lock(&self, exclusive: bool) -> io::Result<LockGuard>;
+}
+
+/// Runs one operation to completion on the synchronous path: submits it, reaps until its token
+/// returns, and resubmits the rest of a short write until it is written in full. Returns the
+/// bytes written and a write's buffer. Completions of other tokens are not expected here.
+pub fn complete(storage: &dyn Storage, token: u64, op: Op) -> io::Result<(u64, Option<Vec<u8>>)> {
+    let mut target = match &op {
+        Op::Write { file, offset, .. } => Some((*file, *offset)),
+        _ => None,
+    };
+    let mut op = op;
+    let mut written = 0u64;
+    loop {
+        storage.submit(Submission { token, op })?;
+        let c = wait_for(storage, token)?;
+        let n = c.result?;
+        let (Some((file, offset)), Some(mut buf)) = (target, c.buf) else {
+            return Ok((n, None));
+        };
+        let len = buf.len() as u64;
+        if n > len {
+            return Err(io::Error::other("backend reported more bytes written than submitted"));
+        }
+        written += n;
+        if n == len {
+            return Ok((written, Some(buf)));
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "write made no progress"));
+        }
+        // Short write: resubmit exactly the bytes that were not written.
+        buf.drain(..n as usize);
+        target = Some((file, offset + n));
+        op = Op::Write { file, offset: offset + n, data: buf };
+    }
+}
+
+fn wait_for(storage: &dyn Storage, token: u64) -> io::Result<Completion> {
+    let mut done = Vec::new();
+    loop {
+        storage.reap(&mut done, true)?;
+        let mut found = None;
+        for c in done.drain(..) {
+            if c.token != token {
+                return Err(io::Error::other(format!(
+                    "unexpected completion for token {} while waiting for {token}",
+                    c.token
+                )));
+            }
+            found = Some(c);
+        }
+        if let Some(c) = found {
+            return Ok(c);
+        }
+    }
+}
