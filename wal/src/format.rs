@@ -288,40 +288,54 @@ pub struct IndexPoint {
 }
 pub const INDEX_POINT_LEN: usize = 16;
 
-/// The `wal.meta` file: the log's identity and the purge floor. Replaced atomically
-/// (temporary name, fsync, rename, directory fsync).
+/// The `wal.meta` file: the log's identity, the purge floor and the last clean close.
+/// Replaced atomically (temporary name, fsync, rename, directory fsync), so it never tears:
+/// that is what lets it attest the footer a clean close wrote last.
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, PartialEq, Eq)]
 #[repr(C)]
 pub struct MetaFile {
     pub magic: [u8; 8],
     pub format_version: U32,
-    pub reserved0: [u8; 4],
+    /// The floor segment's expected `prev_crc`.
+    pub floor_prev_crc: U32,
     pub log_id: [u8; 16],
     /// The first segment that must exist; older ones were purged.
     pub floor_segment_seq: U64,
-    /// The floor segment's expected `first_record_seq` and `prev_crc`.
+    /// The floor segment's expected `first_record_seq`.
     pub floor_first_record_seq: U64,
-    pub floor_prev_crc: U32,
-    pub reserved1: [u8; 8],
+    /// The segment a clean close sealed last (0: none), and its footer's checksum.
+    pub closed_segment_seq: U64,
+    pub closed_footer_crc: U32,
     /// crc32c of bytes 0..60.
     pub crc: U32,
 }
 
 impl MetaFile {
     pub fn new(log_id: [u8; 16], floor_seq: u64, floor_first_record_seq: u64, floor_prev_crc: u32) -> Self {
-        let mut m = MetaFile {
+        MetaFile {
             magic: META_MAGIC,
             format_version: U32::new(FORMAT_VERSION),
-            reserved0: [0; 4],
+            floor_prev_crc: U32::new(floor_prev_crc),
             log_id,
             floor_segment_seq: U64::new(floor_seq),
             floor_first_record_seq: U64::new(floor_first_record_seq),
-            floor_prev_crc: U32::new(floor_prev_crc),
-            reserved1: [0; 8],
+            closed_segment_seq: U64::new(0),
+            closed_footer_crc: U32::new(0),
             crc: U32::new(0),
-        };
-        m.crc = U32::new(m.compute_crc());
-        m
+        }
+        .sealed()
+    }
+
+    /// The same meta with a clean close of `segment` (footer checksum `footer_crc`) recorded.
+    pub fn with_close(mut self, segment: u64, footer_crc: u32) -> Self {
+        self.closed_segment_seq = U64::new(segment);
+        self.closed_footer_crc = U32::new(footer_crc);
+        self.sealed()
+    }
+
+    fn sealed(mut self) -> Self {
+        self.crc = U32::new(self.compute_crc());
+        self
     }
 
     pub fn compute_crc(&self) -> u32 {

@@ -185,10 +185,17 @@ impl Wal {
         })?;
         let mut created = false;
         let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
-        let empty = !names.iter().any(|n| n == META_FILE_NAME || parse_segment_file_name(n).is_some());
+        let has_meta = names.iter().any(|n| n == META_FILE_NAME);
+        let seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
+        let empty = !has_meta && recovery::only_blank_segments(&*storage, &seqs)?;
         if empty {
             if opts.read_only || !opts.create {
                 return Err(Error::NotFound("the directory holds no log".into()));
+            }
+            for &s in &seqs {
+                storage
+                    .remove(&segment_file_name(s))
+                    .map_err(|e| Error::io("removing a blank segment", e))?;
             }
             init(&*storage, seg_len)?;
             created = true;
@@ -287,7 +294,7 @@ impl Wal {
                         seq: last.seq,
                         header: last.header,
                         file,
-                        write_off: last.data_end,
+                        write_off: last.data_end.next_multiple_of(SECTOR as u64),
                         index: Vec::new(),
                         index_stride: 1,
                         batches: 0,
@@ -717,7 +724,9 @@ impl Wal {
         self.written_logical = self.logical.clone();
         let frame_off = write_off + frame_at as u64;
         let a = self.active.as_mut().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
-        a.write_off += len;
+        // The next batch starts on a sector boundary (FORMAT.md: batches never share a sector).
+        let data_end = write_off + len;
+        a.write_off = data_end.next_multiple_of(SECTOR as u64);
         a.batches += 1;
         if s.counts.cuts > 0 || a.index_stride == 0 {
             // Seeking by index assumes LSNs grow within the segment; a cut ends that.
@@ -730,7 +739,6 @@ impl Wal {
                 a.index_stride *= 2;
             }
         }
-        let data_end = a.write_off;
         if self.segments.last().is_none_or(|l| l.seq != seg_seq) {
             self.segments.push(SegmentInfo {
                 seq: seg_seq,
@@ -809,7 +817,7 @@ impl Wal {
         let Some(a) = self.active.as_ref() else {
             return Ok(());
         };
-        let (file, seq, write_off, index) = (a.file, a.seq, a.write_off, a.index.clone());
+        let (file, seq, index) = (a.file, a.seq, a.index.clone());
         let Some(info) = self.segments.last().filter(|s| s.seq == seq) else {
             // Nothing was ever written into it: leave it as a spare.
             if let Some(a) = self.active.take() {
@@ -821,7 +829,7 @@ impl Wal {
         let c = &info.counts;
         let fp = FooterPayload {
             durable_seq: U64::new(self.next_seq - 1),
-            data_end: U64::new(write_off),
+            data_end: U64::new(info.data_end),
             record_count: U32::new(c.records),
             entry_count: U32::new(c.entries),
             min_lsn: U64::new(c.min_lsn),
@@ -895,7 +903,7 @@ impl Wal {
             return Ok(());
         }
         self.check_writable(None)?;
-        let r = self.seal_active();
+        let r = self.seal_active().and_then(|()| self.record_close());
         self.closed = true;
         r
     }
@@ -930,7 +938,8 @@ impl Wal {
             floor.seq,
             floor.header.first_record_seq.get(),
             floor.header.prev_crc.get(),
-        );
+        )
+        .with_close(self.meta.closed_segment_seq.get(), self.meta.closed_footer_crc.get());
         self.write_meta(&meta)?;
         self.meta = meta;
         let removed: Vec<u64> = self.segments.drain(..k).map(|s| s.seq).collect();
@@ -943,6 +952,22 @@ impl Wal {
             return Err(self.fail_io("syncing the directory after a purge", e));
         }
         Ok(PurgeReport { segments_removed: removed, floor_segment: meta.floor_segment_seq.get() })
+    }
+
+    /// Records in `wal.meta` that the last segment was sealed by a clean close, which attests
+    /// its footer (otherwise the last write of the log, hence unattested).
+    fn record_close(&mut self) -> Result<()> {
+        let Some((seq, crc)) = self.segments.last().and_then(|s| s.footer.as_ref().map(|f| (s.seq, f.crc)))
+        else {
+            return Ok(());
+        };
+        if self.meta.closed_segment_seq.get() == seq {
+            return Ok(());
+        }
+        let meta = self.meta.with_close(seq, crc);
+        self.write_meta(&meta)?;
+        self.meta = meta;
+        Ok(())
     }
 
     fn write_meta(&mut self, meta: &MetaFile) -> Result<()> {

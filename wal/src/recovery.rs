@@ -86,10 +86,17 @@ pub(crate) fn read_meta(storage: &dyn Storage) -> Result<std::result::Result<Met
     if m.format_version.get() != FORMAT_VERSION {
         return Ok(Err(DamageKind::UnsupportedVersion(m.format_version.get())));
     }
-    if m.reserved0 != [0; 4] || m.reserved1 != [0; 8] {
-        return Ok(Err(DamageKind::BadMetaFile("non-zero reserved bytes")));
-    }
     Ok(Ok(m))
+}
+
+/// True when every listed segment file is entirely zero (never took a record).
+pub(crate) fn only_blank_segments(storage: &dyn Storage, seqs: &[u64]) -> Result<bool> {
+    for &s in seqs {
+        if !is_zero(&map_segment(storage, s)?) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Maps a segment file by sequence.
@@ -152,6 +159,10 @@ pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
         if seqs.is_empty() {
             return Err(Error::NotFound("no wal.meta and no segments".into()));
         }
+        if only_blank_segments(storage, &seqs)? {
+            // Creation writes the first (blank) segment before wal.meta: it was interrupted.
+            return Err(Error::NotFound("an interrupted creation (blank segments, no wal.meta)".into()));
+        }
         out.damage = Some(damage_at(CrcVerdict::Corrupt, DamageKind::BadMetaFile("missing"), 0, 0));
         out.verdict = CrcVerdict::Corrupt;
         return Ok(out);
@@ -190,7 +201,11 @@ pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
     for &s in &live {
         valid.push(header_checks_out(storage, s)?);
     }
-    let later_valid = |i: usize| valid.get(i + 1..).is_some_and(|v| v.iter().any(|&x| x));
+    // A segment is attested when a later one holds data (rotation synced it first) or a clean
+    // close sealed it or a later one (wal.meta, replaced atomically, names the last such).
+    let closed = meta.closed_segment_seq.get();
+    let later_data = |i: usize| valid.get(i + 1..).is_some_and(|v| v.iter().any(|&x| x));
+    let later_valid = |i: usize| later_data(i) || live.get(i).is_some_and(|&s| s <= closed);
 
     out.next_seq = meta.floor_first_record_seq.get();
     out.last_crc = meta.floor_prev_crc.get();
@@ -233,7 +248,7 @@ pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
             }
             Start::Segment(h) => h,
         };
-        if !full && later {
+        if !full && later_data(i) {
             if let Some((fh, info)) = scan::read_footer_fast(&bytes, header.segment_len.get()) {
                 let first = header.first_record_seq.get();
                 if fh.seq.get() > first {
@@ -280,8 +295,18 @@ pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
             out.logical = w.logical;
             break;
         }
-        if w.footer.is_none() && later {
+        if w.footer.is_none() && (later_data(i) || seq == closed) {
             out.damage = Some(damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, w.data_end));
+            break;
+        }
+        if seq == closed && w.footer.as_ref().is_some_and(|f| f.crc != meta.closed_footer_crc.get()) {
+            let at = footer_offset(header.segment_len.get()) as u64;
+            out.damage = Some(damage_at(
+                CrcVerdict::Corrupt,
+                DamageKind::BadFooter("differs from the footer the clean close recorded"),
+                seq,
+                at,
+            ));
             break;
         }
         out.next_seq = w.expect_seq;

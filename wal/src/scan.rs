@@ -418,18 +418,28 @@ impl Walker {
     }
 
     fn read_data<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
-        let off = self.off;
+        let mut off = self.off;
         if self.batch_left == 0 {
-            let at_stop = self.stop_at.is_some_and(|s| off as u64 >= s);
-            let no_room = off + RECORD_HEADER_LEN > self.limit;
-            let zero = bytes.get(off..off + RECORD_HEADER_LEN).is_some_and(is_zero);
-            if at_stop {
-                self.data_end = off as u64;
+            if self.stop_at.is_some_and(|s| off as u64 >= s) {
                 self.phase = Phase::Done;
                 return Step::End;
             }
+            // Every batch starts on a sector boundary (the first one right after the segment
+            // header), so no sector holds bytes of two batches: a sector a crash dropped from a
+            // batch is all zero. The gap before the boundary must be zero.
+            let aligned =
+                if off <= SEGMENT_HEADER_LEN { off } else { off.next_multiple_of(SECTOR).min(self.limit) };
+            if let Some(p) = first_nonzero(bytes.get(off..aligned).unwrap_or_default()) {
+                let at = off + (p & !(ALIGN - 1));
+                let mut r = self.damage(DamageKind::NonZeroPadding, at, false, false, false, false);
+                r.batch_start = off as u64;
+                return Step::Damage(r);
+            }
+            off = aligned;
+            self.off = aligned;
+            let no_room = off + RECORD_HEADER_LEN > self.limit;
+            let zero = bytes.get(off..off + RECORD_HEADER_LEN).is_some_and(is_zero);
             if no_room || zero {
-                self.data_end = off as u64;
                 let rest = bytes.get(off..self.limit.min(bytes.len())).unwrap_or_default();
                 if let Some(p) = first_nonzero(rest) {
                     let at = off + (p & !(ALIGN - 1));
@@ -676,8 +686,9 @@ impl Walker {
             Err(e) => {
                 let body_ok = e.semantic;
                 let mut r = self.damage(e.kind, at, e.header_ok, body_ok, e.semantic, e.short_at_eof);
+                // Evidence of tearing is looked for in the footer's own bytes, not the zero slot.
                 r.batch_start = at as u64;
-                r.declared_end = Some((at + FOOTER_SLOT_LEN) as u64);
+                r.declared_end = None;
                 return Step::Damage(r);
             }
         };

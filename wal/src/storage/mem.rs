@@ -64,6 +64,20 @@ impl MemState {
         out
     }
 
+    /// Dirty sectors whose live bytes differ from what a crash would otherwise leave (durable
+    /// bytes, zero past the durable length): the only sectors whose fate changes a crash image.
+    pub fn effective_dirty_sectors(&self) -> Vec<(u64, u64)> {
+        self.dirty_sectors()
+            .into_iter()
+            .filter(|&(n, s)| {
+                let Some(node) = self.nodes.get(&n) else { return false };
+                let a = (s * SECTOR) as usize;
+                let b = (a + SECTOR as usize).min(node.live.len());
+                (a..b).any(|i| node.live.get(i) != Some(node.durable.get(i).unwrap_or(&0)))
+            })
+            .collect()
+    }
+
     /// The storage a restart would find: durable names, and each dirty sector as `fate` says.
     pub fn crash(&self, mut fate: impl FnMut(u64, u64) -> SectorFate) -> MemStorage {
         let mut nodes = HashMap::new();
@@ -217,6 +231,19 @@ impl Default for MemStorage {
 impl MemStorage {
     pub fn new() -> Self {
         Self::from_state(MemState { next_node: 1, ..MemState::default() })
+    }
+
+    /// A storage holding exactly these files, all durable (tests that hand-craft or damage logs).
+    pub fn from_files(files: Vec<(String, Vec<u8>)>) -> Self {
+        let mut st = MemState { next_node: 1, ..MemState::default() };
+        for (name, bytes) in files {
+            let id = st.next_node;
+            st.next_node += 1;
+            st.nodes.insert(id, Node { live: bytes.clone(), durable: bytes, dirty: BTreeSet::new() });
+            st.live_names.insert(name.clone(), id);
+            st.durable_names.insert(name, id);
+        }
+        Self::from_state(st)
     }
 
     fn from_state(state: MemState) -> Self {
