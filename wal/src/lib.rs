@@ -21,9 +21,13 @@
 //! assert_eq!(entries, vec![(lsn.0, b"create job 7".to_vec())]);
 //! ```
 
+mod batch;
+pub mod classify;
 pub mod error;
 pub mod format;
+mod lifecycle;
 mod log;
+mod open;
 pub mod recovery;
 pub mod replay;
 pub mod scan;

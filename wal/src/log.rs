@@ -6,22 +6,23 @@
 //! runs a real fdatasync whenever unsynced bytes exist. A failed write or sync poisons the handle
 //! (DESIGN.md I6); disk full withdraws the unsynced batch and leaves the log usable.
 
+use crate::batch::{self, merge_counts, seal_batch, FRAME_LEN};
 use crate::error::{CrcVerdict, Damage, Error, Result};
 use crate::format::*;
-use crate::recovery::{self, LogScan, RecoveryMode, SegmentInfo};
+
+use crate::recovery::{RecoveryMode, SegmentInfo};
 use crate::replay::{Bound, Replay};
 use crate::scan::{self, Counts, FooterInfo, Logical};
-use crate::storage::{self, FileId, FileStorage, LockGuard, Op, Storage};
+use crate::storage::{self, FileId, LockGuard, Op, Storage};
 use crate::{Epoch, Lsn};
-use std::path::Path;
+
 use std::sync::Arc;
 use zerocopy::little_endian::{U32, U64};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
-/// Frame header plus payload.
-const FRAME_LEN: usize = RECORD_HEADER_LEN + FRAME_PAYLOAD_LEN;
 /// The largest State record (all metadata keys at their largest values).
-const STATE_MAX_LEN: usize = RECORD_HEADER_LEN + STATE_FIXED_LEN + MAX_META_KEYS * (8 + MAX_META_VALUE_LEN);
+pub(crate) const STATE_MAX_LEN: usize =
+    RECORD_HEADER_LEN + STATE_FIXED_LEN + MAX_META_KEYS * (8 + MAX_META_VALUE_LEN);
 
 /// How to open a log.
 #[derive(Clone, Debug)]
@@ -38,6 +39,9 @@ pub struct Options {
     pub read_only: bool,
     /// The LSN of the first entry of a new log (openraft starts at 0).
     pub first_lsn: u64,
+    /// The id of a new log. `None` (the default) draws a random one, which is what keeps bytes
+    /// of another log from ever validating; fixed ids are for reproducible fixtures and tests.
+    pub log_id: Option<[u8; 16]>,
 }
 
 impl Default for Options {
@@ -49,6 +53,7 @@ impl Default for Options {
             create: true,
             read_only: false,
             first_lsn: 1,
+            log_id: None,
         }
     }
 }
@@ -87,55 +92,55 @@ pub struct PurgeReport {
 
 /// The segment being appended to.
 #[derive(Debug)]
-struct Active {
-    seq: u64,
-    header: SegmentHeader,
-    file: FileId,
+pub(crate) struct Active {
+    pub(crate) seq: u64,
+    pub(crate) header: SegmentHeader,
+    pub(crate) file: FileId,
     /// Bytes written into the file (the next batch goes here).
-    write_off: u64,
-    index: Vec<IndexPoint>,
-    index_stride: u32,
-    batches: u32,
+    pub(crate) write_off: u64,
+    pub(crate) index: Vec<IndexPoint>,
+    pub(crate) index_stride: u32,
+    pub(crate) batches: u32,
 }
 
 /// Records staged for the next write: `[segment header][frame][records...]`.
 #[derive(Debug, Default)]
-struct Staged {
-    buf: Vec<u8>,
-    frame_at: usize,
-    records: u32,
+pub(crate) struct Staged {
+    pub(crate) buf: Vec<u8>,
+    pub(crate) frame_at: usize,
+    pub(crate) records: u32,
     /// LSN and epoch at the frame.
-    frame_lsn: u64,
-    frame_epoch: u64,
-    counts: Counts,
-    open: bool,
+    pub(crate) frame_lsn: u64,
+    pub(crate) frame_epoch: u64,
+    pub(crate) counts: Counts,
+    pub(crate) open: bool,
 }
 
 /// A write-ahead log (synchronous handle).
 pub struct Wal {
-    storage: Arc<dyn Storage>,
-    _lock: LockGuard,
-    opts: Options,
-    max_payload: u32,
-    meta: MetaFile,
-    segments: Vec<SegmentInfo>,
-    active: Option<Active>,
-    spares: Vec<u64>,
-    next_seq: u64,
-    last_crc: u32,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) _lock: LockGuard,
+    pub(crate) opts: Options,
+    pub(crate) max_payload: u32,
+    pub(crate) meta: MetaFile,
+    pub(crate) segments: Vec<SegmentInfo>,
+    pub(crate) active: Option<Active>,
+    pub(crate) spares: Vec<u64>,
+    pub(crate) next_seq: u64,
+    pub(crate) last_crc: u32,
     /// After staged records.
-    logical: Logical,
+    pub(crate) logical: Logical,
     /// After written records (restored when a batch is withdrawn).
-    written_logical: Logical,
-    durable_logical: Logical,
-    written_seq: u64,
-    durable_seq: u64,
+    pub(crate) written_logical: Logical,
+    pub(crate) durable_logical: Logical,
+    pub(crate) written_seq: u64,
+    pub(crate) durable_seq: u64,
     /// (segment, offset) just past the last durable batch.
-    durable_end: Option<(u64, u64)>,
-    staged: Staged,
-    poisoned: Option<String>,
-    token: u64,
-    closed: bool,
+    pub(crate) durable_end: Option<(u64, u64)>,
+    pub(crate) staged: Staged,
+    pub(crate) poisoned: Option<String>,
+    pub(crate) token: u64,
+    pub(crate) closed: bool,
 }
 
 impl std::fmt::Debug for Wal {
@@ -149,162 +154,6 @@ impl std::fmt::Debug for Wal {
 }
 
 impl Wal {
-    /// Opens (or creates) the log in directory `dir` on real files.
-    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<(Wal, OpenReport)> {
-        let create = opts.create && !opts.read_only && opts.recovery != RecoveryMode::Salvage;
-        let storage = FileStorage::new(dir.as_ref(), create)
-            .map_err(|e| Error::io(format!("opening {}", dir.as_ref().display()), e))?;
-        Wal::open_with(Arc::new(storage), opts)
-    }
-
-    /// Opens the log behind any storage backend.
-    pub fn open_with(storage: Arc<dyn Storage>, mut opts: Options) -> Result<(Wal, OpenReport)> {
-        if opts.recovery == RecoveryMode::Salvage {
-            opts.read_only = true;
-        }
-        let seg_len = opts.segment_len_bytes;
-        if !(MIN_SEGMENT_LEN..=MAX_SEGMENT_LEN).contains(&seg_len)
-            || !(seg_len as usize).is_multiple_of(SECTOR)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "segment_len_bytes {seg_len} must be a multiple of {SECTOR} between {MIN_SEGMENT_LEN} and {MAX_SEGMENT_LEN}"
-            )));
-        }
-        let room =
-            footer_offset(seg_len) - SEGMENT_HEADER_LEN - FRAME_LEN - STATE_MAX_LEN - RECORD_HEADER_LEN;
-        let most = (room as u32).min(MAX_PAYLOAD_LEN) & !(ALIGN as u32 - 1);
-        let max_payload = opts.max_payload_bytes.unwrap_or(most);
-        if max_payload > most || max_payload == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "max_payload_bytes {max_payload} must be between 1 and {most} for {seg_len}-byte segments"
-            )));
-        }
-        let lock = storage.lock(!opts.read_only).map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
-            _ => Error::io("locking the log directory", e),
-        })?;
-        let mut created = false;
-        let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
-        let has_meta = names.iter().any(|n| n == META_FILE_NAME);
-        let seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
-        let empty = !has_meta && recovery::only_blank_segments(&*storage, &seqs)?;
-        if empty {
-            if opts.read_only || !opts.create {
-                return Err(Error::NotFound("the directory holds no log".into()));
-            }
-            for &s in &seqs {
-                storage
-                    .remove(&segment_file_name(s))
-                    .map_err(|e| Error::io("removing a blank segment", e))?;
-            }
-            init(&*storage, seg_len)?;
-            created = true;
-        }
-        if !opts.read_only {
-            // Never classify bytes that were never durable: sync what a crash may have left
-            // unsynced (the newest segments and the directory) before reading anything.
-            sync_unsealed(&*storage)?;
-        }
-        let mut scan = recovery::scan_log(&*storage, false)?;
-        let mut report = OpenReport {
-            verdict: scan.verdict,
-            damage: scan.damage.clone(),
-            cut: None,
-            segments: scan.segments.len(),
-            records_walked: scan.records_walked,
-            leftovers_removed: Vec::new(),
-            created,
-        };
-        if let Some(d) = scan.damage.clone() {
-            match (opts.recovery, d.verdict) {
-                (RecoveryMode::Salvage, _) => {}
-                (RecoveryMode::TruncateTornTail, CrcVerdict::TornTail) if !opts.read_only => {
-                    report.cut = Some(cut_tail(&*storage, &d)?);
-                    scan = recovery::scan_log(&*storage, false)?;
-                    if let Some(d2) = scan.damage {
-                        return Err(Error::Damaged(d2));
-                    }
-                }
-                _ => return Err(Error::Damaged(d)),
-            }
-        }
-        if !opts.read_only && !scan.leftovers.is_empty() {
-            for &s in &scan.leftovers {
-                storage
-                    .remove(&segment_file_name(s))
-                    .map_err(|e| Error::io("removing a purged segment", e))?;
-            }
-            sync_dir(&*storage)?;
-            report.leftovers_removed = scan.leftovers.clone();
-        }
-        let Some(meta) = scan.meta else {
-            return Err(Error::NotFound("no wal.meta".into()));
-        };
-        Wal::from_scan(storage, lock, opts, max_payload, meta, scan).map(|w| (w, report))
-    }
-
-    fn from_scan(
-        storage: Arc<dyn Storage>,
-        lock: LockGuard,
-        opts: Options,
-        max_payload: u32,
-        meta: MetaFile,
-        scan: LogScan,
-    ) -> Result<Wal> {
-        let logical = scan.logical.clone().unwrap_or(Logical {
-            next_lsn: opts.first_lsn,
-            first_lsn: None,
-            epoch: 0,
-            meta: Default::default(),
-        });
-        let last_seq = scan.next_seq.saturating_sub(1);
-        let mut wal = Wal {
-            storage,
-            _lock: lock,
-            max_payload,
-            meta,
-            segments: scan.segments,
-            active: None,
-            spares: scan.spares,
-            next_seq: scan.next_seq,
-            last_crc: scan.last_crc,
-            written_logical: logical.clone(),
-            durable_logical: logical.clone(),
-            logical,
-            written_seq: last_seq,
-            durable_seq: last_seq,
-            durable_end: None,
-            staged: Staged::default(),
-            poisoned: None,
-            token: 0,
-            closed: false,
-            opts,
-        };
-        wal.durable_end = wal.written_end();
-        // Continue in the last segment if it is not sealed.
-        if !wal.opts.read_only {
-            if let Some(last) = wal.segments.last() {
-                if !last.sealed() {
-                    let name = segment_file_name(last.seq);
-                    let file = wal
-                        .storage
-                        .open(&name, false)
-                        .map_err(|e| Error::io(format!("opening {name}"), e))?;
-                    wal.active = Some(Active {
-                        seq: last.seq,
-                        header: last.header,
-                        file,
-                        write_off: last.data_end.next_multiple_of(SECTOR as u64),
-                        index: Vec::new(),
-                        index_stride: 1,
-                        batches: 0,
-                    });
-                }
-            }
-        }
-        Ok(wal)
-    }
-
     // ----- state -----
 
     /// The LSN the next entry takes.
@@ -584,19 +433,7 @@ impl Wal {
 
     /// Encodes a record into the staged batch; sequence, chain and checksums are set at flush.
     fn stage(&mut self, kind: Kind, flags: u8, lsn: u64, payload: &[u8]) {
-        let h = RecordHeader {
-            crc: U32::new(0),
-            header_crc: U32::new(0),
-            kind: kind as u8,
-            flags,
-            reserved0: [0; 2],
-            payload_len: U32::new(payload.len() as u32),
-            seq: U64::new(0),
-            lsn: U64::new(lsn),
-            epoch: U64::new(self.logical.epoch),
-            prev_crc: U32::new(0),
-            reserved1: [0; 4],
-        };
+        let h = batch::header(kind, flags, payload.len(), lsn, self.logical.epoch);
         let buf = &mut self.staged.buf;
         buf.extend_from_slice(h.as_bytes());
         buf.extend_from_slice(payload);
@@ -842,24 +679,9 @@ impl Wal {
         for p in &index {
             payload.extend_from_slice(p.as_bytes());
         }
-        let mut h = RecordHeader {
-            crc: U32::new(0),
-            header_crc: U32::new(0),
-            kind: Kind::Footer as u8,
-            flags: 0,
-            reserved0: [0; 2],
-            payload_len: U32::new(payload.len() as u32),
-            seq: U64::new(self.next_seq),
-            lsn: U64::new(self.logical.next_lsn),
-            epoch: U64::new(self.logical.epoch),
-            prev_crc: U32::new(self.last_crc),
-            reserved1: [0; 4],
-        };
-        h.header_crc = U32::new(h.compute_header_crc());
-        h.crc = U32::new(h.compute_crc(&payload));
-        let mut rec = h.as_bytes().to_vec();
-        rec.extend_from_slice(&payload);
-        rec.resize(record_len(payload.len()), 0);
+        let h = batch::header(Kind::Footer, 0, payload.len(), self.logical.next_lsn, self.logical.epoch);
+        let mut rec = Vec::with_capacity(record_len(payload.len()));
+        let footer_crc = batch::encode_record(h, self.next_seq, self.last_crc, &payload, &mut rec);
         let at = footer_offset(self.opts.segment_len_bytes) as u64;
         let r =
             self.run(Op::Write { file, offset: at, data: rec }).and_then(|_| self.run(Op::SyncData { file }));
@@ -871,9 +693,9 @@ impl Wal {
             }
             return Err(err);
         }
-        let footer = FooterInfo { payload: fp, index, seq: self.next_seq, crc: h.crc.get() };
+        let footer = FooterInfo { payload: fp, index, seq: self.next_seq, crc: footer_crc };
         self.next_seq += 1;
-        self.last_crc = h.crc.get();
+        self.last_crc = footer_crc;
         self.written_seq = self.next_seq - 1;
         self.durable_seq = self.written_seq;
         if let Some(last) = self.segments.last_mut() {
@@ -1002,7 +824,7 @@ impl Wal {
     }
 
     /// (segment, offset) just past the last written batch.
-    fn written_end(&self) -> Option<(u64, u64)> {
+    pub(crate) fn written_end(&self) -> Option<(u64, u64)> {
         self.segments.last().map(|s| (s.seq, s.data_end))
     }
 }
@@ -1013,163 +835,4 @@ impl Drop for Wal {
             let _ = self.close_inner();
         }
     }
-}
-
-/// Sets sequence, chain links and checksums of a staged batch. Returns the next sequence and the
-/// last checksum.
-fn seal_batch(
-    buf: &mut [u8],
-    frame_at: usize,
-    frame_lsn: u64,
-    frame_epoch: u64,
-    mut seq: u64,
-    mut prev: u32,
-    durable_seq: u64,
-) -> (u64, u32) {
-    let frame_end = frame_at + FRAME_LEN;
-    let count = {
-        let mut n = 0u32;
-        let mut off = frame_end;
-        while off + RECORD_HEADER_LEN <= buf.len() {
-            let len = RecordHeader::read_from_bytes(&buf[off..off + RECORD_HEADER_LEN])
-                .map_or(0, |h| h.payload_len.get());
-            off += record_len(len as usize);
-            n += 1;
-        }
-        n
-    };
-    let fp = FramePayload {
-        durable_seq: U64::new(durable_seq),
-        record_count: U32::new(count),
-        reserved: [0; 4],
-        batch_len: U64::new((buf.len() - frame_end) as u64),
-    };
-    let fh = RecordHeader {
-        crc: U32::new(0),
-        header_crc: U32::new(0),
-        kind: Kind::Frame as u8,
-        flags: 0,
-        reserved0: [0; 2],
-        payload_len: U32::new(FRAME_PAYLOAD_LEN as u32),
-        seq: U64::new(0),
-        lsn: U64::new(frame_lsn),
-        epoch: U64::new(frame_epoch),
-        prev_crc: U32::new(0),
-        reserved1: [0; 4],
-    };
-    buf[frame_at..frame_at + RECORD_HEADER_LEN].copy_from_slice(fh.as_bytes());
-    buf[frame_at + RECORD_HEADER_LEN..frame_end].copy_from_slice(fp.as_bytes());
-    let mut off = frame_at;
-    while off + RECORD_HEADER_LEN <= buf.len() {
-        let (head, rest) = buf[off..].split_at_mut(RECORD_HEADER_LEN);
-        let mut h = match RecordHeader::read_from_bytes(head) {
-            Ok(h) => h,
-            Err(_) => break,
-        };
-        let plen = h.payload_len.get() as usize;
-        h.seq = U64::new(seq);
-        h.prev_crc = U32::new(prev);
-        h.header_crc = U32::new(h.compute_header_crc());
-        h.crc = U32::new(h.compute_crc(&rest[..plen]));
-        head.copy_from_slice(h.as_bytes());
-        prev = h.crc.get();
-        seq += 1;
-        off += record_len(plen);
-    }
-    (seq, prev)
-}
-
-fn merge_counts(into: &mut Counts, batch: &Counts, records: u32) {
-    into.records += records;
-    if batch.entries > 0 {
-        into.min_lsn = if into.entries == 0 { batch.min_lsn } else { into.min_lsn.min(batch.min_lsn) };
-        into.max_lsn = if into.entries == 0 { batch.max_lsn } else { into.max_lsn.max(batch.max_lsn) };
-    }
-    into.entries += batch.entries;
-    into.cuts += batch.cuts;
-    into.min_keep_lt = into.min_keep_lt.min(batch.min_keep_lt);
-}
-
-fn sync_dir(storage: &dyn Storage) -> Result<()> {
-    storage::complete(storage, u64::MAX, Op::SyncDir)
-        .map(|_| ())
-        .map_err(|e| Error::io("syncing the directory", e))
-}
-
-/// Creates a new log: its first segment (zero-filled, durable), then `wal.meta` naming it.
-fn init(storage: &dyn Storage, segment_len: u32) -> Result<()> {
-    let first = segment_file_name(1);
-    let f = storage.open(&first, true).map_err(|e| Error::io(format!("creating {first}"), e))?;
-    let r = storage::complete(storage, 1, Op::ZeroFill { file: f, len: segment_len.into() })
-        .and_then(|_| storage::complete(storage, 2, Op::SyncData { file: f }));
-    storage.close(f);
-    r.map_err(|e| Error::io(format!("zero-filling {first}"), e))?;
-    sync_dir(storage)?;
-    let mut log_id = [0u8; 16];
-    getrandom::fill(&mut log_id)
-        .map_err(|e| Error::io("drawing a log id", std::io::Error::other(e.to_string())))?;
-    let meta = MetaFile::new(log_id, 1, 1, 0);
-    {
-        let name = META_TMP_NAME;
-        let _ = storage.remove(name);
-    }
-    let f = storage.open(META_TMP_NAME, true).map_err(|e| Error::io("creating wal.meta.tmp", e))?;
-    let r = storage::complete(storage, 1, Op::Write { file: f, offset: 0, data: meta.as_bytes().to_vec() })
-        .and_then(|_| storage::complete(storage, 2, Op::SyncData { file: f }));
-    storage.close(f);
-    r.map_err(|e| Error::io("writing wal.meta.tmp", e))?;
-    storage.rename(META_TMP_NAME, META_FILE_NAME).map_err(|e| Error::io("renaming wal.meta", e))?;
-    sync_dir(storage)
-}
-
-/// Syncs the directory and the newest segment files, so that recovery classifies only bytes
-/// that are durable. Older segments were synced (and sealed) before a newer one took records.
-fn sync_unsealed(storage: &dyn Storage) -> Result<()> {
-    sync_dir(storage)?;
-    let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
-    let mut seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
-    seqs.sort_unstable();
-    for &s in seqs.iter().rev().take(3) {
-        let name = segment_file_name(s);
-        let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
-        let r = storage::complete(storage, 3, Op::SyncData { file: f });
-        storage.close(f);
-        r.map_err(|e| Error::io(format!("syncing {name}"), e))?;
-    }
-    Ok(())
-}
-
-/// Cuts a torn tail: zeroes from the start of the damaged batch to the last non-zero byte of its
-/// segment (the length never changes), syncs, and removes any later (header-less) segment files.
-fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
-    debug_assert_eq!(d.verdict, CrcVerdict::TornTail);
-    let bytes = recovery::map_segment(storage, d.segment)?;
-    let from = d.batch_start as usize;
-    let end = from + scan::end_of_nonzero(bytes.get(from..).unwrap_or_default());
-    drop(bytes);
-    let name = segment_file_name(d.segment);
-    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
-    let mut r = Ok((0, None));
-    if end > from {
-        r = storage::complete(
-            storage,
-            4,
-            Op::Write { file: f, offset: from as u64, data: vec![0; end - from] },
-        )
-        .and_then(|_| storage::complete(storage, 5, Op::SyncData { file: f }));
-    }
-    storage.close(f);
-    r.map_err(|e| Error::io(format!("cutting the torn tail of {name}"), e))?;
-    let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
-    let mut removed = false;
-    for s in names.iter().filter_map(|n| parse_segment_file_name(n)).filter(|&s| s > d.segment) {
-        storage
-            .remove(&segment_file_name(s))
-            .map_err(|e| Error::io("removing a segment after a torn tail", e))?;
-        removed = true;
-    }
-    if removed {
-        sync_dir(storage)?;
-    }
-    Ok((d.segment, from as u64, (end - from) as u64))
 }

@@ -33,7 +33,12 @@ fn clean_log() -> Vec<(String, Vec<u8>)> {
         log.checkpoint(
             Epoch(seg),
             Lsn(next - 1),
-            &wal::Checkpoint { digest: [seg as u8; 32], entity_count: seg, digest_version: 1, state_machine_version: 1 },
+            &wal::Checkpoint {
+                digest: [seg as u8; 32],
+                entity_count: seg,
+                digest_version: 1,
+                state_machine_version: 1,
+            },
         )
         .unwrap();
         log.truncate_after(Epoch(seg), Lsn(next - 2)).unwrap();
@@ -75,16 +80,27 @@ fn extents(bytes: &[u8], seq: u64, log_id: [u8; 16]) -> Vec<(usize, usize)> {
     out
 }
 
-/// Where the damage must be reported for a change at `b`: the record holding it, or the
-/// 8-byte word in a zero region.
+/// Where the damage must be reported for a change at `b`: the record holding it; in the zero
+/// region, the sector boundary where the next batch frame would start if `b` falls inside that
+/// frame's header; else the 8-byte word.
 fn expected_offset(ext: &[(usize, usize)], b: usize) -> usize {
-    ext.iter().find(|&&(s, e)| s <= b && b < e).map_or(b & !7, |&(s, _)| s)
+    if let Some(&(s, _)) = ext.iter().find(|&&(s, e)| s <= b && b < e) {
+        return s;
+    }
+    let data_end = ext.iter().filter(|&&(s, _)| s < footer_offset(SEG)).map(|&(_, e)| e).max().unwrap_or(64);
+    let next_frame = data_end.next_multiple_of(512);
+    if (next_frame..next_frame + 48).contains(&b) {
+        return next_frame;
+    }
+    b & !7
 }
+
+/// A segment file of the fixture: (file index, segment seq, record extents).
+type SegmentFile = (usize, u64, Vec<(usize, usize)>);
 
 struct Fixture {
     files: Vec<(String, Vec<u8>)>,
-    /// (file index, segment seq, extents) for segment files.
-    segments: Vec<(usize, u64, Vec<(usize, usize)>)>,
+    segments: Vec<SegmentFile>,
     meta_index: usize,
 }
 
@@ -113,13 +129,23 @@ fn scan_with(files: &[(String, Vec<u8>)], fi: usize, bytes: Vec<u8>) -> wal::Log
     wal::scan_log(&MemStorage::from_files(v), true).unwrap()
 }
 
-fn check(fx: &Fixture, fi: usize, bytes: Vec<u8>, what: &str, want: Option<(u64, std::ops::RangeInclusive<usize>)>) {
+fn check(
+    fx: &Fixture,
+    fi: usize,
+    bytes: Vec<u8>,
+    what: &str,
+    want: Option<(u64, std::ops::RangeInclusive<usize>)>,
+) {
     let scan = scan_with(&fx.files, fi, bytes);
     let d = scan.damage.unwrap_or_else(|| panic!("{what}: accepted as OK"));
     assert_eq!(d.verdict, CrcVerdict::Corrupt, "{what}: {d}");
     if let Some((seg, range)) = want {
         assert_eq!(d.segment, seg, "{what}: {d}");
-        assert!(range.contains(&(d.offset as usize)), "{what}: reported at offset {}, want {range:?}: {d}", d.offset);
+        assert!(
+            range.contains(&(d.offset as usize)),
+            "{what}: reported at offset {}, want {range:?}: {d}",
+            d.offset
+        );
     }
 }
 
@@ -137,7 +163,13 @@ fn flips(exhaustive: bool) -> u64 {
             for bit in 0..8 {
                 let mut bytes = clean.clone();
                 bytes[b] ^= 1 << bit;
-                check(&fx, *fi, bytes, &format!("bit {bit} of byte {b} in segment {seq}"), Some((*seq, at..=at)));
+                check(
+                    &fx,
+                    *fi,
+                    bytes,
+                    &format!("bit {bit} of byte {b} in segment {seq}"),
+                    Some((*seq, at..=at)),
+                );
                 n += 1;
             }
         }
@@ -189,7 +221,8 @@ fn every_zeroed_sector_is_corrupt_at_its_segment() {
             // after it (still inside the sector's records), or a missing footer at the data end.
             let first = ext.iter().filter(|&&(s0, e0)| e0 > a && s0 < b).map(|&(s0, _)| s0).min().unwrap();
             let last_end = ext.iter().filter(|&&(s0, _)| s0 < b).map(|&(_, e0)| e0).max().unwrap();
-            let data_end = ext.iter().filter(|&&(s0, _)| s0 < footer_offset(SEG)).map(|&(_, e)| e).max().unwrap();
+            let data_end =
+                ext.iter().filter(|&&(s0, _)| s0 < footer_offset(SEG)).map(|&(_, e)| e).max().unwrap();
             let lo = first.min(data_end & !7);
             let hi = last_end.max(b);
             check(&fx, *fi, bytes, &format!("zeroed sector {s} of segment {seq}"), Some((*seq, lo..=hi)));

@@ -1,0 +1,108 @@
+//! Encoding a staged batch: sequence numbers, chain links and checksums are set in one pass
+//! when the batch is written, so appends only copy bytes.
+
+use crate::format::*;
+use crate::scan::Counts;
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// Frame header plus payload.
+pub(crate) const FRAME_LEN: usize = RECORD_HEADER_LEN + FRAME_PAYLOAD_LEN;
+
+/// A record header with sequence, link and checksums left for [`seal_batch`] (or set by the caller).
+pub(crate) fn header(kind: Kind, flags: u8, payload_len: usize, lsn: u64, epoch: u64) -> RecordHeader {
+    RecordHeader {
+        crc: U32::new(0),
+        header_crc: U32::new(0),
+        kind: kind as u8,
+        flags,
+        reserved0: [0; 2],
+        payload_len: U32::new(payload_len as u32),
+        seq: U64::new(0),
+        lsn: U64::new(lsn),
+        epoch: U64::new(epoch),
+        prev_crc: U32::new(0),
+        reserved1: [0; 4],
+    }
+}
+
+/// Encodes a complete record (sequence, link and checksums set) into `out`.
+pub(crate) fn encode_record(
+    mut h: RecordHeader,
+    seq: u64,
+    prev_crc: u32,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> u32 {
+    h.seq = U64::new(seq);
+    h.prev_crc = U32::new(prev_crc);
+    h.header_crc = U32::new(h.compute_header_crc());
+    h.crc = U32::new(h.compute_crc(payload));
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(payload);
+    out.resize(out.len() + align_up(payload.len()) - payload.len(), 0);
+    h.crc.get()
+}
+
+/// Sets sequence, chain links and checksums of a staged batch. Returns the next sequence and the
+/// last checksum.
+pub(crate) fn seal_batch(
+    buf: &mut [u8],
+    frame_at: usize,
+    frame_lsn: u64,
+    frame_epoch: u64,
+    mut seq: u64,
+    mut prev: u32,
+    durable_seq: u64,
+) -> (u64, u32) {
+    let frame_end = frame_at + FRAME_LEN;
+    let count = {
+        let mut n = 0u32;
+        let mut off = frame_end;
+        while off + RECORD_HEADER_LEN <= buf.len() {
+            let len = RecordHeader::read_from_bytes(&buf[off..off + RECORD_HEADER_LEN])
+                .map_or(0, |h| h.payload_len.get());
+            off += record_len(len as usize);
+            n += 1;
+        }
+        n
+    };
+    let fp = FramePayload {
+        durable_seq: U64::new(durable_seq),
+        record_count: U32::new(count),
+        reserved: [0; 4],
+        batch_len: U64::new((buf.len() - frame_end) as u64),
+    };
+    let fh = header(Kind::Frame, 0, FRAME_PAYLOAD_LEN, frame_lsn, frame_epoch);
+    buf[frame_at..frame_at + RECORD_HEADER_LEN].copy_from_slice(fh.as_bytes());
+    buf[frame_at + RECORD_HEADER_LEN..frame_end].copy_from_slice(fp.as_bytes());
+    let mut off = frame_at;
+    while off + RECORD_HEADER_LEN <= buf.len() {
+        let (head, rest) = buf[off..].split_at_mut(RECORD_HEADER_LEN);
+        let mut h = match RecordHeader::read_from_bytes(head) {
+            Ok(h) => h,
+            Err(_) => break,
+        };
+        let plen = h.payload_len.get() as usize;
+        h.seq = U64::new(seq);
+        h.prev_crc = U32::new(prev);
+        h.header_crc = U32::new(h.compute_header_crc());
+        h.crc = U32::new(h.compute_crc(&rest[..plen]));
+        head.copy_from_slice(h.as_bytes());
+        prev = h.crc.get();
+        seq += 1;
+        off += record_len(plen);
+    }
+    (seq, prev)
+}
+
+pub(crate) fn merge_counts(into: &mut Counts, batch: &Counts, records: u32) {
+    into.records += records;
+    if batch.entries > 0 {
+        into.min_lsn = if into.entries == 0 { batch.min_lsn } else { into.min_lsn.min(batch.min_lsn) };
+        into.max_lsn = if into.entries == 0 { batch.max_lsn } else { into.max_lsn.max(batch.max_lsn) };
+    }
+    into.entries += batch.entries;
+    into.cuts += batch.cuts;
+    into.min_keep_lt = into.min_keep_lt.min(batch.min_keep_lt);
+}

@@ -1,0 +1,99 @@
+//! The log directory's life on disk outside the append path: creating a log, syncing what a
+//! crash may have left unsynced before recovery reads it, and cutting a torn tail.
+
+use crate::error::{CrcVerdict, Damage, Error, Result};
+use crate::format::*;
+use crate::recovery;
+use crate::scan;
+use crate::storage::{self, Op, Storage};
+use zerocopy::IntoBytes;
+
+pub(crate) fn sync_dir(storage: &dyn Storage) -> Result<()> {
+    storage::complete(storage, u64::MAX, Op::SyncDir)
+        .map(|_| ())
+        .map_err(|e| Error::io("syncing the directory", e))
+}
+
+/// Creates a new log: its first segment (zero-filled, durable), then `wal.meta` naming it.
+pub(crate) fn init(storage: &dyn Storage, segment_len: u32, log_id: Option<[u8; 16]>) -> Result<()> {
+    let first = segment_file_name(1);
+    let f = storage.open(&first, true).map_err(|e| Error::io(format!("creating {first}"), e))?;
+    let r = storage::complete(storage, 1, Op::ZeroFill { file: f, len: segment_len.into() })
+        .and_then(|_| storage::complete(storage, 2, Op::SyncData { file: f }));
+    storage.close(f);
+    r.map_err(|e| Error::io(format!("zero-filling {first}"), e))?;
+    sync_dir(storage)?;
+    let log_id = match log_id {
+        Some(id) => id,
+        None => {
+            let mut id = [0u8; 16];
+            getrandom::fill(&mut id)
+                .map_err(|e| Error::io("drawing a log id", std::io::Error::other(e.to_string())))?;
+            id
+        }
+    };
+    let meta = MetaFile::new(log_id, 1, 1, 0);
+    {
+        let name = META_TMP_NAME;
+        let _ = storage.remove(name);
+    }
+    let f = storage.open(META_TMP_NAME, true).map_err(|e| Error::io("creating wal.meta.tmp", e))?;
+    let r = storage::complete(storage, 1, Op::Write { file: f, offset: 0, data: meta.as_bytes().to_vec() })
+        .and_then(|_| storage::complete(storage, 2, Op::SyncData { file: f }));
+    storage.close(f);
+    r.map_err(|e| Error::io("writing wal.meta.tmp", e))?;
+    storage.rename(META_TMP_NAME, META_FILE_NAME).map_err(|e| Error::io("renaming wal.meta", e))?;
+    sync_dir(storage)
+}
+
+/// Syncs the directory and the newest segment files, so that recovery classifies only bytes
+/// that are durable. Older segments were synced (and sealed) before a newer one took records.
+pub(crate) fn sync_unsealed(storage: &dyn Storage) -> Result<()> {
+    sync_dir(storage)?;
+    let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
+    let mut seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
+    seqs.sort_unstable();
+    for &s in seqs.iter().rev().take(3) {
+        let name = segment_file_name(s);
+        let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+        let r = storage::complete(storage, 3, Op::SyncData { file: f });
+        storage.close(f);
+        r.map_err(|e| Error::io(format!("syncing {name}"), e))?;
+    }
+    Ok(())
+}
+
+/// Cuts a torn tail: zeroes from the start of the damaged batch to the last non-zero byte of its
+/// segment (the length never changes), syncs, and removes any later (header-less) segment files.
+pub(crate) fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
+    debug_assert_eq!(d.verdict, CrcVerdict::TornTail);
+    let bytes = recovery::map_segment(storage, d.segment)?;
+    let from = d.batch_start as usize;
+    let end = from + scan::end_of_nonzero(bytes.get(from..).unwrap_or_default());
+    drop(bytes);
+    let name = segment_file_name(d.segment);
+    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let mut r = Ok((0, None));
+    if end > from {
+        r = storage::complete(
+            storage,
+            4,
+            Op::Write { file: f, offset: from as u64, data: vec![0; end - from] },
+        )
+        .and_then(|_| storage::complete(storage, 5, Op::SyncData { file: f }));
+    }
+    storage.close(f);
+    r.map_err(|e| Error::io(format!("cutting the torn tail of {name}"), e))?;
+    let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
+    let mut removed = false;
+    for s in names.iter().filter_map(|n| parse_segment_file_name(n)).filter(|&s| s > d.segment) {
+        storage
+            .remove(&segment_file_name(s))
+            .map_err(|e| Error::io("removing a segment after a torn tail", e))?;
+        removed = true;
+    }
+    if removed {
+        sync_dir(storage)?;
+    }
+    Ok((d.segment, from as u64, (end - from) as u64))
+}

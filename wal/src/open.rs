@@ -1,0 +1,171 @@
+//! Opening a log: locking, creating, syncing what a crash may have left unsynced, scanning,
+//! applying the recovery mode, and building the handle from what the scan found.
+
+use crate::batch::FRAME_LEN;
+use crate::error::{CrcVerdict, Error, Result};
+use crate::format::*;
+use crate::lifecycle::{cut_tail, init, sync_dir, sync_unsealed};
+use crate::log::{Active, OpenReport, Options, Staged, Wal, STATE_MAX_LEN};
+use crate::recovery::{self, LogScan, RecoveryMode};
+use crate::scan::Logical;
+use crate::storage::{FileStorage, LockGuard, Storage};
+use std::path::Path;
+use std::sync::Arc;
+
+impl Wal {
+    /// Opens (or creates) the log in directory `dir` on real files.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<(Wal, OpenReport)> {
+        let create = opts.create && !opts.read_only && opts.recovery != RecoveryMode::Salvage;
+        let storage = FileStorage::new(dir.as_ref(), create)
+            .map_err(|e| Error::io(format!("opening {}", dir.as_ref().display()), e))?;
+        Wal::open_with(Arc::new(storage), opts)
+    }
+
+    /// Opens the log behind any storage backend.
+    pub fn open_with(storage: Arc<dyn Storage>, mut opts: Options) -> Result<(Wal, OpenReport)> {
+        if opts.recovery == RecoveryMode::Salvage {
+            opts.read_only = true;
+        }
+        let seg_len = opts.segment_len_bytes;
+        if !(MIN_SEGMENT_LEN..=MAX_SEGMENT_LEN).contains(&seg_len)
+            || !(seg_len as usize).is_multiple_of(SECTOR)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "segment_len_bytes {seg_len} must be a multiple of {SECTOR} between {MIN_SEGMENT_LEN} and {MAX_SEGMENT_LEN}"
+            )));
+        }
+        let room =
+            footer_offset(seg_len) - SEGMENT_HEADER_LEN - FRAME_LEN - STATE_MAX_LEN - RECORD_HEADER_LEN;
+        let most = (room as u32).min(MAX_PAYLOAD_LEN) & !(ALIGN as u32 - 1);
+        let max_payload = opts.max_payload_bytes.unwrap_or(most);
+        if max_payload > most || max_payload == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "max_payload_bytes {max_payload} must be between 1 and {most} for {seg_len}-byte segments"
+            )));
+        }
+        let lock = storage.lock(!opts.read_only).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
+            _ => Error::io("locking the log directory", e),
+        })?;
+        let mut created = false;
+        let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
+        let has_meta = names.iter().any(|n| n == META_FILE_NAME);
+        let seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
+        let empty = !has_meta && recovery::only_blank_segments(&*storage, &seqs)?;
+        if empty {
+            if opts.read_only || !opts.create {
+                return Err(Error::NotFound("the directory holds no log".into()));
+            }
+            for &s in &seqs {
+                storage
+                    .remove(&segment_file_name(s))
+                    .map_err(|e| Error::io("removing a blank segment", e))?;
+            }
+            init(&*storage, seg_len, opts.log_id)?;
+            created = true;
+        }
+        if !opts.read_only {
+            // Never classify bytes that were never durable: sync what a crash may have left
+            // unsynced (the newest segments and the directory) before reading anything.
+            sync_unsealed(&*storage)?;
+        }
+        let mut scan = recovery::scan_log(&*storage, false)?;
+        let mut report = OpenReport {
+            verdict: scan.verdict,
+            damage: scan.damage.clone(),
+            cut: None,
+            segments: scan.segments.len(),
+            records_walked: scan.records_walked,
+            leftovers_removed: Vec::new(),
+            created,
+        };
+        if let Some(d) = scan.damage.clone() {
+            match (opts.recovery, d.verdict) {
+                (RecoveryMode::Salvage, _) => {}
+                (RecoveryMode::TruncateTornTail, CrcVerdict::TornTail) if !opts.read_only => {
+                    report.cut = Some(cut_tail(&*storage, &d)?);
+                    scan = recovery::scan_log(&*storage, false)?;
+                    if let Some(d2) = scan.damage {
+                        return Err(Error::Damaged(d2));
+                    }
+                }
+                _ => return Err(Error::Damaged(d)),
+            }
+        }
+        if !opts.read_only && !scan.leftovers.is_empty() {
+            for &s in &scan.leftovers {
+                storage
+                    .remove(&segment_file_name(s))
+                    .map_err(|e| Error::io("removing a purged segment", e))?;
+            }
+            sync_dir(&*storage)?;
+            report.leftovers_removed = scan.leftovers.clone();
+        }
+        let Some(meta) = scan.meta else {
+            return Err(Error::NotFound("no wal.meta".into()));
+        };
+        Wal::from_scan(storage, lock, opts, max_payload, meta, scan).map(|w| (w, report))
+    }
+
+    fn from_scan(
+        storage: Arc<dyn Storage>,
+        lock: LockGuard,
+        opts: Options,
+        max_payload: u32,
+        meta: MetaFile,
+        scan: LogScan,
+    ) -> Result<Wal> {
+        let logical = scan.logical.clone().unwrap_or(Logical {
+            next_lsn: opts.first_lsn,
+            first_lsn: None,
+            epoch: 0,
+            meta: Default::default(),
+        });
+        let last_seq = scan.next_seq.saturating_sub(1);
+        let mut wal = Wal {
+            storage,
+            _lock: lock,
+            max_payload,
+            meta,
+            segments: scan.segments,
+            active: None,
+            spares: scan.spares,
+            next_seq: scan.next_seq,
+            last_crc: scan.last_crc,
+            written_logical: logical.clone(),
+            durable_logical: logical.clone(),
+            logical,
+            written_seq: last_seq,
+            durable_seq: last_seq,
+            durable_end: None,
+            staged: Staged::default(),
+            poisoned: None,
+            token: 0,
+            closed: false,
+            opts,
+        };
+        wal.durable_end = wal.written_end();
+        // Continue in the last segment if it is not sealed.
+        if !wal.opts.read_only {
+            if let Some(last) = wal.segments.last() {
+                if !last.sealed() {
+                    let name = segment_file_name(last.seq);
+                    let file = wal
+                        .storage
+                        .open(&name, false)
+                        .map_err(|e| Error::io(format!("opening {name}"), e))?;
+                    wal.active = Some(Active {
+                        seq: last.seq,
+                        header: last.header,
+                        file,
+                        write_off: last.data_end.next_multiple_of(SECTOR as u64),
+                        index: Vec::new(),
+                        index_stride: 1,
+                        batches: 0,
+                    });
+                }
+            }
+        }
+        Ok(wal)
+    }
+}
