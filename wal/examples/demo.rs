@@ -13,7 +13,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let dir = std::env::args().nth(1).map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().join("log"));
     let opts = Options { segment_len_bytes: 64 * 1024, ..Options::default() };
 
-    println!("1. write: 300 entries in batches of 10, each batch synced (fdatasync) before it is acknowledged");
+    println!(
+        "1. write: 300 entries in batches of 10, each batch synced (fdatasync) before it is acknowledged"
+    );
     let (mut log, _) = Wal::open(&dir, opts.clone())?;
     for i in 0..300u32 {
         log.append(Epoch(0), format!("job {i}: scheduled on node {}", i % 7).as_bytes())?;
@@ -21,7 +23,11 @@ fn main() -> Result<(), Box<dyn Error>> {
             log.sync()?;
         }
     }
-    println!("   durable through LSN {:?} in {} segments", log.durable_lsn().map(|l| l.0), log.segment_count());
+    println!(
+        "   durable through LSN {:?} in {} segments",
+        log.durable_lsn().map(|l| l.0),
+        log.segment_count()
+    );
     // Where the next (unsynced) batch will start: the next sector boundary after the data.
     let scan = wal::scan_log(&FileStorage::new(&dir, false)?, true)?;
     let batch_start = scan.segments.last().map_or(0, |s| s.data_end).next_multiple_of(512);
@@ -45,13 +51,22 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (log, report) = Wal::open(&dir, opts.clone())?;
     println!("   found {}, cut {:?} (segment, offset, bytes)", report.verdict, report.cut);
     let entries = log.replay()?.collect_entries()?;
-    println!("   replayed {} entries, last: {:?}", entries.len(), entries.last().map(|e| String::from_utf8_lossy(&e.1)));
+    println!(
+        "   replayed {} entries, last: {:?}",
+        entries.len(),
+        entries.last().map(|e| String::from_utf8_lossy(&e.1))
+    );
     assert_eq!(entries.len(), 300, "every acknowledged entry must be back");
     log.close()?;
 
     println!("4. verify: full scan after the clean close");
     let scan = wal::scan_log(&FileStorage::new(&dir, false)?, true)?;
-    println!("   CRC verdict {} over {} segments, {} records walked", scan.verdict, scan.segments.len(), scan.records_walked);
+    println!(
+        "   CRC verdict {} over {} segments, {} records walked",
+        scan.verdict,
+        scan.segments.len(),
+        scan.records_walked
+    );
     assert_eq!(scan.verdict, CrcVerdict::Ok);
 
     println!("5. a bit flip in acknowledged data is CORRUPT, with where, and the writer refuses to open");
