@@ -1,7 +1,7 @@
 //! The log directory's life on disk outside the append path: creating a log, syncing what a
 //! crash may have left unsynced before recovery reads it, and cutting a torn tail.
 
-use crate::error::{CrcVerdict, Damage, Error, Result};
+use crate::error::{Damage, Error, Result};
 use crate::format::*;
 use crate::recovery;
 use crate::scan;
@@ -63,12 +63,17 @@ pub(crate) fn sync_unsealed(storage: &dyn Storage) -> Result<()> {
     Ok(())
 }
 
-/// Cuts a torn tail: zeroes from the start of the damaged batch to the last non-zero byte of its
-/// segment (the length never changes), syncs, and removes any later (header-less) segment files.
-pub(crate) fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
-    debug_assert_eq!(d.verdict, CrcVerdict::TornTail);
+/// Cuts the log at a damage: zeroes from the start of the damaged batch to the last non-zero byte
+/// of its segment (the length never changes, so no mapped byte disappears), syncs, and removes
+/// every later segment file. For a TORN_TAIL this loses nothing acknowledged; for CORRUPT_TAIL or
+/// CORRUPT it is lossy and only `walcheck repair --lossy` asks for it. The caller holds the
+/// exclusive lock. Returns (segment, offset, bytes zeroed).
+pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
     let bytes = recovery::map_segment(storage, d.segment)?;
-    let from = d.batch_start as usize;
+    // The first batch of a segment carries the segment header and the State record: cutting it
+    // cuts the header too, so the file is a spare again rather than a header with no state
+    // (found by the model test: a torn first batch after a rotation lost the log's state).
+    let from = if d.batch_start as usize <= SEGMENT_HEADER_LEN { 0 } else { d.batch_start as usize };
     let end = from + scan::end_of_nonzero(bytes.get(from..).unwrap_or_default());
     drop(bytes);
     let name = segment_file_name(d.segment);
