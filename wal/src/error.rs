@@ -158,8 +158,10 @@ pub struct Damage {
     pub lsn: u64,
     /// The record sequence expected at that point.
     pub seq: u64,
-    /// Where the cut would start (the first byte of the damaged batch) for a tail verdict.
+    /// Where a cut would start (the first byte of the damaged batch)...
     pub batch_start: u64,
+    /// ...and the LSN the first entry of that batch has: a cut loses entries from it on.
+    pub batch_lsn: u64,
 }
 
 impl fmt::Display for Damage {

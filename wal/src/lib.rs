@@ -25,7 +25,7 @@ mod batch;
 pub mod classify;
 pub mod error;
 pub mod format;
-mod lifecycle;
+pub mod lifecycle;
 mod log;
 mod open;
 pub mod recovery;
@@ -35,7 +35,7 @@ pub mod storage;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
 pub use log::{Checkpoint, OpenReport, Options, PurgeReport, Wal};
-pub use recovery::{scan_log, LogScan, RecoveryMode, SegmentInfo};
+pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
 pub use replay::{Bound, Item, ItemKind, Replay};
 
 /// A log sequence number: an entry's position as the log's users see it (the Raft index in

@@ -7,7 +7,7 @@
 
 use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
-use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Start, Step, Walker};
+use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Step, Walker};
 use crate::storage::{Mapping, Storage};
 use zerocopy::FromBytes;
 
@@ -99,6 +99,27 @@ pub(crate) fn only_blank_segments(storage: &dyn Storage, seqs: &[u64]) -> Result
     Ok(true)
 }
 
+/// A segment's header and footer slot at their offsets in a zero buffer of the file's length
+/// (a quick check reads nothing else).
+fn read_ends(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
+    let name = segment_file_name(seq);
+    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let r = (|| {
+        let len = storage.len(f)? as usize;
+        let mut buf = vec![0u8; len];
+        let head = len.min(SEGMENT_HEADER_LEN);
+        storage.read_at(f, 0, buf.get_mut(..head).unwrap_or_default())?;
+        if len >= MIN_SEGMENT_LEN as usize {
+            let at = len - FOOTER_SLOT_LEN;
+            storage.read_at(f, at as u64, buf.get_mut(at..).unwrap_or_default())?;
+        }
+        Ok::<_, std::io::Error>(buf)
+    })();
+    storage.close(f);
+    let buf = r.map_err(|e| Error::io(format!("reading {name}"), e))?;
+    Ok(Mapping::Bytes(buf.into()))
+}
+
 /// Maps a segment file by sequence.
 pub(crate) fn map_segment(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
     let name = segment_file_name(seq);
@@ -121,7 +142,7 @@ fn header_checks_out(storage: &dyn Storage, seq: u64) -> Result<bool> {
 }
 
 fn damage_at(verdict: CrcVerdict, kind: DamageKind, segment: u64, offset: u64) -> Damage {
-    Damage { verdict, kind, segment, offset, lsn: 0, seq: 0, batch_start: offset }
+    Damage { verdict, kind, segment, offset, lsn: 0, seq: 0, batch_start: offset, batch_lsn: 0 }
 }
 
 fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool) -> Damage {
@@ -133,11 +154,34 @@ fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool) -> Damage 
         lsn: r.lsn,
         seq: r.seq,
         batch_start: r.batch_start,
+        batch_lsn: r.batch_lsn,
     }
+}
+
+/// How deep a scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Depth {
+    /// Headers and footers only: segment continuity in O(segments); the unsealed last segment's
+    /// records are not read.
+    Quick,
+    /// Footers of sealed segments, every record of the last one (what an open does).
+    Fast,
+    /// Every record of every segment (what the verifier does).
+    Full,
 }
 
 /// Scans the log in `storage`. `Err` only when the directory cannot be read or holds no log.
 pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
+    scan_log_with(storage, if full { Depth::Full } else { Depth::Fast }, &mut |_, _| {})
+}
+
+/// Scans the log, calling `visit(segment, record)` for every valid record walked, in log order.
+pub fn scan_log_with(
+    storage: &dyn Storage,
+    depth: Depth,
+    visit: &mut dyn FnMut(u64, &Rec<'_>),
+) -> Result<LogScan> {
+    let full = depth == Depth::Full;
     let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
     let mut seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
     seqs.sort_unstable();
@@ -212,7 +256,7 @@ pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
     let mut logical: Option<Logical> = None;
     for (i, &seq) in live.iter().enumerate() {
         let later = later_valid(i);
-        let bytes = map_segment(storage, seq)?;
+        let bytes = if depth == Depth::Quick { read_ends(storage, seq)? } else { map_segment(storage, seq)? };
         let expect = Expect {
             segment_seq: seq,
             log_id: meta.log_id,
@@ -248,7 +292,7 @@ pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
             }
             Start::Segment(h) => h,
         };
-        if !full && later_data(i) {
+        if depth == Depth::Quick || (!full && later_data(i)) {
             if let Some((fh, info)) = scan::read_footer_fast(&bytes, header.segment_len.get()) {
                 let first = header.first_record_seq.get();
                 if fh.seq.get() > first {
@@ -271,10 +315,28 @@ pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
                 }
             }
         }
+        if depth == Depth::Quick {
+            // No footer: the last (unsealed) segment, whose records a quick check does not read.
+            if later_data(i) {
+                out.damage = Some(damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, 0));
+                break;
+            }
+            out.segments.push(SegmentInfo {
+                seq,
+                header,
+                footer: None,
+                counts: Counts::default(),
+                data_end: SEGMENT_HEADER_LEN as u64,
+            });
+            continue;
+        }
         let mut w = Walker::new(header, logical.take());
         let damage = loop {
             match w.next(&bytes) {
-                Step::Record(_) => out.records_walked += 1,
+                Step::Record(r) => {
+                    out.records_walked += 1;
+                    visit(seq, &r);
+                }
                 Step::End => break None,
                 Step::Damage(r) => break Some(r),
             }

@@ -95,6 +95,7 @@ fn damaged(seq: u64, r: &RawDamage) -> Error {
         lsn: r.lsn,
         seq: r.seq,
         batch_start: r.batch_start,
+        batch_lsn: r.batch_lsn,
     })
 }
 

@@ -58,6 +58,8 @@ pub struct RawDamage {
     pub seq: u64,
     /// LSN the next entry would have had.
     pub lsn: u64,
+    /// The next LSN at the start of the damaged batch: a cut there loses entries from it on.
+    pub batch_lsn: u64,
 }
 
 /// One step of a walk.
@@ -112,6 +114,7 @@ pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
             short_at_eof: !header_ok && bytes.len() < SEGMENT_HEADER_LEN,
             seq: expect.first_record_seq.unwrap_or(0),
             lsn: 0,
+            batch_lsn: 0,
         })
     };
     let Some(hb) = bytes.get(..SEGMENT_HEADER_LEN) else {
@@ -279,6 +282,7 @@ pub struct Walker {
     batch_start: usize,
     batch_end: usize,
     batch_left: u32,
+    batch_lsn: u64,
     first_batch: bool,
     group_open: bool,
     phase: Phase,
@@ -309,6 +313,7 @@ impl Walker {
             batch_start: SEGMENT_HEADER_LEN,
             batch_end: SEGMENT_HEADER_LEN,
             batch_left: 0,
+            batch_lsn: 0,
             first_batch: true,
             group_open: false,
             phase: Phase::Data,
@@ -378,6 +383,7 @@ impl Walker {
             short_at_eof: short,
             seq: self.expect_seq,
             lsn: self.next_lsn(),
+            batch_lsn: if in_batch { self.batch_lsn } else { self.next_lsn() },
         }
     }
 
@@ -488,6 +494,7 @@ impl Walker {
             self.batch_start = off;
             self.batch_end = batch_end as usize;
             self.batch_left = f.record_count.get();
+            self.batch_lsn = self.logical.as_ref().map_or(h.lsn.get(), |l| l.next_lsn);
         } else {
             if matches!(d.kind, Kind::Frame | Kind::Footer) {
                 return self.semantic(DamageKind::BadFrame("frame or footer inside a batch"), off);

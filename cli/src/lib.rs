@@ -1,0 +1,381 @@
+//! `walcheck`: what an operator runs after a restart or in an incident.
+//!
+//! Exit codes (DESIGN.md): 0 OK, 1 TORN_TAIL, 2 CORRUPT_TAIL, 3 CORRUPT, 4 DIVERGENT, 5 IO_ERROR,
+//! 6 UNSUPPORTED_VERSION, 64 usage error. The most severe verdict wins. A closed output pipe ends
+//! quietly with the verdict's code, never with 0 for a bad log.
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use verifier::report::{describe, EXIT_IO_ERROR};
+use verifier::{Progress, VerifyOptions};
+use wal::format::{segment_file_name, Kind, META_FILE_NAME};
+use wal::CrcVerdict;
+
+/// Exit code for bad arguments.
+pub const EXIT_USAGE: i32 = 64;
+
+#[derive(Parser, Debug)]
+#[command(name = "walcheck", version, about = "Verify, inspect and repair a wal log directory")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Check every record's checksum and the chain, and print the CRC and state verdicts.
+    Verify {
+        dir: PathBuf,
+        /// Only segment continuity from headers and footers (records are not read).
+        #[arg(long)]
+        quick: bool,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print every record in log order, as text or JSON lines.
+    Dump {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// How to show payloads.
+        #[arg(long, value_enum, default_value_t = PayloadMode::Hex)]
+        payload: PayloadMode,
+        /// Show at most this many payload bytes per record.
+        #[arg(long, default_value_t = 64)]
+        max_payload_bytes: usize,
+    },
+    /// Segments, LSN and epoch ranges, sizes, batches, checkpoints.
+    Stat {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cut a torn tail (after a backup); CORRUPT_TAIL or CORRUPT only with --lossy.
+    Repair {
+        dir: PathBuf,
+        /// Also cut damage that may hold acknowledged data (CORRUPT_TAIL, CORRUPT): lossy.
+        #[arg(long)]
+        lossy: bool,
+        /// Say what would be cut and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Where to copy the files the repair changes (default: DIR.walcheck-backup-<secs>).
+        #[arg(long)]
+        backup: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PayloadMode {
+    None,
+    Hex,
+    Text,
+}
+
+/// Standard output that turns a closed pipe into a quiet stop.
+struct Out {
+    w: std::io::Stdout,
+    closed: bool,
+}
+
+impl Out {
+    fn new() -> Out {
+        Out { w: std::io::stdout(), closed: false }
+    }
+
+    fn line(&mut self, s: &str) {
+        if self.closed {
+            return;
+        }
+        let r = writeln!(self.w.lock(), "{s}");
+        if r.is_err() {
+            // EPIPE (or any failure to write): stop printing; the exit code still tells.
+            self.closed = true;
+        }
+    }
+}
+
+/// Runs walcheck with these arguments (the first is the program name); returns the exit code.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let dir = match &cli.cmd {
+        Cmd::Verify { dir, .. } | Cmd::Dump { dir, .. } | Cmd::Stat { dir, .. } | Cmd::Repair { dir, .. } => {
+            dir
+        }
+    };
+    if !dir.is_dir() {
+        eprintln!("walcheck: {}: not a directory", dir.display());
+        return EXIT_USAGE;
+    }
+    let mut out = Out::new();
+    match &cli.cmd {
+        Cmd::Verify { dir, quick, json } => verify(&mut out, dir, *quick, *json),
+        Cmd::Stat { dir, json } => stat(&mut out, dir, *json),
+        Cmd::Dump { dir, json, payload, max_payload_bytes } => {
+            dump(&mut out, dir, *json, *payload, *max_payload_bytes)
+        }
+        Cmd::Repair { dir, lossy, dry_run, backup } => {
+            repair(&mut out, dir, *lossy, *dry_run, backup.as_deref())
+        }
+    }
+}
+
+fn color() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+/// A one-line progress indicator on stderr, only when stderr is a terminal.
+fn progress(enabled: bool) -> impl FnMut(Progress) {
+    let on = enabled && std::io::stderr().is_terminal();
+    move |p: Progress| {
+        if on {
+            eprint!("\r\x1b[2Kscanning segment {} ({} records)", p.segment, p.records);
+        }
+    }
+}
+
+fn end_progress(enabled: bool) {
+    if enabled && std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
+}
+
+fn verify(out: &mut Out, dir: &Path, quick: bool, json: bool) -> i32 {
+    let report = verifier::verify(dir, &VerifyOptions { quick }, &mut progress(!json));
+    end_progress(!json);
+    if json {
+        out.line(&report.to_json().to_string());
+    } else {
+        for l in report.to_text(color()).lines() {
+            out.line(l);
+        }
+    }
+    if let Some(e) = &report.io_error {
+        eprintln!("walcheck: {e}");
+    }
+    report.exit_code()
+}
+
+fn stat(out: &mut Out, dir: &Path, json: bool) -> i32 {
+    let report = verifier::verify(dir, &VerifyOptions { quick: false }, &mut progress(!json));
+    end_progress(!json);
+    if json {
+        out.line(&report.to_json()["stats"].to_string());
+        return report.exit_code();
+    }
+    let s = &report.stats;
+    let o = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
+    let avg = if s.batches > 0 { (s.records - s.batches) as f64 / s.batches as f64 } else { 0.0 };
+    for l in [
+        format!("log            {}", dir.display()),
+        format!("verdict        CRC {}  STATE {}", report.crc_word(), report.state_word()),
+        format!(
+            "segments       {} ({} sealed, {} spare, floor {})",
+            s.segments,
+            s.sealed,
+            s.spares,
+            o(s.floor_segment)
+        ),
+        format!("size           {} bytes on disk, {} payload bytes", s.bytes, s.payload_bytes),
+        format!("records        {} ({} entries)", s.records, s.entries),
+        format!("LSN            {}..{} written, next {}", o(s.min_lsn), o(s.max_lsn), o(s.next_lsn)),
+        format!(
+            "epoch          {}..{}, now {} ({} changes)",
+            o(s.min_epoch),
+            o(s.max_epoch),
+            o(s.epoch),
+            s.epoch_changes
+        ),
+        format!(
+            "batches        {} (records per batch: mean {:.1}, max {})",
+            s.batches, avg, s.max_batch_records
+        ),
+        format!("checkpoints    {} (last at LSN {})", s.checkpoints, o(s.last_checkpoint_lsn)),
+        format!("cuts           {} truncations, {} resets", s.truncations, s.resets),
+        format!("metadata       {} records", s.metas),
+    ] {
+        out.line(&l);
+    }
+    if let Some(d) = &report.damage {
+        out.line(&format!("damage         {}", describe(d)));
+    }
+    report.exit_code()
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Frame => "frame",
+        Kind::Entry => "entry",
+        Kind::Checkpoint => "checkpoint",
+        Kind::Truncate => "truncate",
+        Kind::Reset => "reset",
+        Kind::Epoch => "epoch",
+        Kind::Meta => "meta",
+        Kind::State => "state",
+        Kind::Footer => "footer",
+    }
+}
+
+fn show_payload(p: &[u8], mode: PayloadMode, max: usize) -> Option<String> {
+    let shown = p.get(..p.len().min(max)).unwrap_or_default();
+    let more = if p.len() > max { "…" } else { "" };
+    match mode {
+        PayloadMode::None => None,
+        PayloadMode::Hex => Some(shown.iter().map(|b| format!("{b:02x}")).collect::<String>() + more),
+        PayloadMode::Text => Some(String::from_utf8_lossy(shown).into_owned() + more),
+    }
+}
+
+fn dump(out: &mut Out, dir: &Path, json: bool, mode: PayloadMode, max: usize) -> i32 {
+    let storage = verifier::pread::ReadOnlyDir::new(dir);
+    let mut visit = |segment: u64, r: &wal::scan::Rec<'_>| {
+        let payload = show_payload(r.payload, mode, max);
+        let line = if json {
+            serde_json::json!({
+                "segment": segment, "offset": r.offset, "seq": r.seq, "kind": kind_name(r.kind),
+                "lsn": r.lsn, "epoch": r.epoch, "len": r.payload.len(),
+                "group_continues": r.flags & wal::format::FLAG_GROUP_CONT != 0,
+                "crc": format!("{:08x}", r.crc), "payload": payload,
+            })
+            .to_string()
+        } else {
+            let mut l = format!(
+                "{segment:>6} {:>10} seq={} {} lsn={} epoch={} len={}",
+                r.offset,
+                r.seq,
+                kind_name(r.kind),
+                r.lsn,
+                r.epoch,
+                r.payload.len()
+            );
+            if r.flags & wal::format::FLAG_GROUP_CONT != 0 {
+                l += " group+";
+            }
+            if let Some(p) = payload.filter(|_| r.kind == Kind::Entry) {
+                l += &format!(" {p}");
+            }
+            l
+        };
+        out.line(&line);
+    };
+    match wal::scan_log_with(&storage, wal::Depth::Full, &mut visit) {
+        Ok(scan) => {
+            if let Some(d) = &scan.damage {
+                eprintln!("walcheck: {}", describe(d));
+            }
+            scan.verdict.exit_code()
+        }
+        Err(e) => {
+            eprintln!("walcheck: {e}");
+            EXIT_IO_ERROR
+        }
+    }
+}
+
+fn repair(out: &mut Out, dir: &Path, lossy: bool, dry_run: bool, backup: Option<&Path>) -> i32 {
+    let report = verifier::verify(dir, &VerifyOptions { quick: false }, &mut |_| {});
+    if report.io_error.is_some() || report.live {
+        let why = report.io_error.clone().unwrap_or_else(|| "a writer holds the log".into());
+        eprintln!("walcheck: cannot repair {}: {why}", dir.display());
+        return report.exit_code().max(EXIT_IO_ERROR);
+    }
+    let Some(d) = report.damage.clone() else {
+        out.line(&format!("{}: CRC {}: nothing to repair", dir.display(), report.crc_word()));
+        return report.exit_code();
+    };
+    let cuttable = match d.verdict {
+        CrcVerdict::TornTail => true,
+        CrcVerdict::CorruptTail | CrcVerdict::Corrupt => lossy,
+        CrcVerdict::Ok | CrcVerdict::UnsupportedVersion => false,
+    };
+    if d.segment == 0
+        || matches!(d.kind, wal::DamageKind::MissingPurgeFloor | wal::DamageKind::BadMetaFile(_))
+    {
+        eprintln!("walcheck: {} cannot be repaired by cutting: {}", dir.display(), describe(&d));
+        return report.exit_code();
+    }
+    if !cuttable {
+        out.line(&format!("{}: {}", dir.display(), describe(&d)));
+        out.line(&format!(
+            "refusing: this damage may hold acknowledged data; `walcheck repair --lossy` cuts the log at segment {} offset {} (entries from LSN {} on are lost)",
+            d.segment, d.batch_start, d.batch_lsn
+        ));
+        return report.exit_code();
+    }
+    let later: Vec<u64> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().to_str().and_then(wal::format::parse_segment_file_name))
+                .filter(|&s| s > d.segment)
+                .collect()
+        })
+        .unwrap_or_default();
+    out.line(&format!("{}: {}", dir.display(), describe(&d)));
+    out.line(&format!(
+        "will cut segment {} from offset {} (zeroed in place) and remove {} later segment file(s); entries from LSN {} on {}",
+        d.segment,
+        d.batch_start,
+        later.len(),
+        d.batch_lsn,
+        if d.verdict == CrcVerdict::TornTail { "were never acknowledged" } else { "are LOST (lossy repair)" }
+    ));
+    if dry_run {
+        out.line("dry run: nothing changed");
+        return report.exit_code();
+    }
+    let backup = backup.map(Path::to_path_buf).unwrap_or_else(|| {
+        let secs =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let name = dir.file_name().map_or("log".into(), |n| n.to_string_lossy().into_owned());
+        dir.with_file_name(format!("{name}.walcheck-backup-{secs}"))
+    });
+    let mut files: Vec<String> = later.iter().map(|&s| segment_file_name(s)).collect();
+    files.push(segment_file_name(d.segment));
+    files.push(META_FILE_NAME.to_string());
+    if let Err(e) = copy_files(dir, &backup, &files) {
+        eprintln!("walcheck: backup to {} failed, nothing changed: {e}", backup.display());
+        return EXIT_IO_ERROR;
+    }
+    out.line(&format!("backup of {} file(s) in {}", files.len(), backup.display()));
+    let result = wal::storage::FileStorage::new(dir, false).map_err(|e| e.to_string()).and_then(|st| {
+        use wal::storage::Storage;
+        let _lock = st.lock(true).map_err(|e| e.to_string())?;
+        wal::lifecycle::cut_tail(&st, &d).map_err(|e| e.to_string())
+    });
+    match result {
+        Ok((seg, off, len)) => out.line(&format!("cut {len} bytes of segment {seg} at offset {off}")),
+        Err(e) => {
+            eprintln!("walcheck: repair failed: {e} (the backup is in {})", backup.display());
+            return EXIT_IO_ERROR;
+        }
+    }
+    let after = verifier::verify(dir, &VerifyOptions { quick: false }, &mut |_| {});
+    out.line(&format!("after repair: CRC {}", after.crc_word()));
+    after.exit_code()
+}
+
+fn copy_files(from: &Path, to: &Path, names: &[String]) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for n in names {
+        let src = from.join(n);
+        if src.exists() {
+            std::fs::copy(&src, to.join(n))?;
+            std::fs::File::open(to.join(n))?.sync_all()?;
+        }
+    }
+    std::fs::File::open(to)?.sync_all()
+}

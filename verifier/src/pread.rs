@@ -1,0 +1,122 @@
+//! A read-only [`Storage`] over a log directory that reads with `pread`, never through a map:
+//! an I/O error under a map is a SIGBUS, here it is an error the verifier reports as IO_ERROR.
+//! It never creates, writes, renames, removes or syncs anything.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use wal::storage::{Completion, FileId, LockGuard, Mapping, Storage, Submission};
+
+#[derive(Debug)]
+pub struct ReadOnlyDir {
+    dir: PathBuf,
+    files: Mutex<(FileId, HashMap<FileId, File>)>,
+}
+
+fn read_only() -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, "the verifier never writes")
+}
+
+impl ReadOnlyDir {
+    pub fn new(dir: impl AsRef<Path>) -> Self {
+        ReadOnlyDir { dir: dir.as_ref().to_path_buf(), files: Mutex::new((1, HashMap::new())) }
+    }
+
+    fn files(&self) -> MutexGuard<'_, (FileId, HashMap<FileId, File>)> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn with<R>(&self, id: FileId, f: impl FnOnce(&File) -> io::Result<R>) -> io::Result<R> {
+        let files = self.files();
+        let file =
+            files.1.get(&id).ok_or_else(|| io::Error::other(format!("file handle {id} is not open")))?;
+        f(file)
+    }
+
+    /// Whether a writer holds the directory lock right now (a live log).
+    pub fn writer_holds_lock(&self) -> bool {
+        let Ok(f) = File::open(self.dir.join(wal::format::LOCK_FILE_NAME)) else { return false };
+        matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock))
+    }
+}
+
+impl Storage for ReadOnlyDir {
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            if let Some(n) = e?.file_name().to_str() {
+                names.push(n.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
+        if create_new {
+            return Err(read_only());
+        }
+        let f = File::open(self.dir.join(name))?;
+        let mut files = self.files();
+        let id = files.0;
+        files.0 += 1;
+        files.1.insert(id, f);
+        Ok(id)
+    }
+
+    fn close(&self, file: FileId) {
+        self.files().1.remove(&file);
+    }
+
+    fn remove(&self, _: &str) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    fn rename(&self, _: &str, _: &str) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    fn len(&self, file: FileId) -> io::Result<u64> {
+        self.with(file, |f| Ok(f.metadata()?.len()))
+    }
+
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.with(file, |f| {
+            let mut got = 0;
+            while got < buf.len() {
+                let rest = buf.get_mut(got..).unwrap_or_default();
+                match f.read_at(rest, offset + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(got)
+        })
+    }
+
+    /// Reads the whole file with pread: memory is one segment, never the log.
+    fn map(&self, file: FileId) -> io::Result<Mapping> {
+        let len = self.len(file)? as usize;
+        let mut buf = vec![0u8; len];
+        let n = self.read_at(file, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(Mapping::Bytes(buf.into()))
+    }
+
+    fn submit(&self, _: Submission) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    fn reap(&self, _: &mut Vec<Completion>, _: bool) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    fn lock(&self, _: bool) -> io::Result<LockGuard> {
+        Err(read_only())
+    }
+}
