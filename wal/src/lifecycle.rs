@@ -33,17 +33,20 @@ pub(crate) fn init(storage: &dyn Storage, segment_len: u32, log_id: Option<[u8; 
         }
     };
     let meta = MetaFile::new(log_id, 1, 1, 0);
-    {
-        let name = META_TMP_NAME;
-        let _ = storage.remove(name);
-    }
-    let f = storage.open(META_TMP_NAME, true).map_err(|e| Error::io("creating wal.meta.tmp", e))?;
-    let r = storage::complete(storage, 1, Op::Write { file: f, offset: 0, data: meta.as_bytes().to_vec() })
-        .and_then(|_| storage::complete(storage, 2, Op::SyncData { file: f }));
+    replace_meta(storage, &meta).map_err(|e| Error::io("writing wal.meta", e))
+}
+
+/// Replaces `wal.meta` atomically: temporary file, fdatasync, rename, directory fsync. It never
+/// tears, which is what lets it attest a clean close.
+pub(crate) fn replace_meta(storage: &dyn Storage, meta: &MetaFile) -> std::io::Result<()> {
+    let _ = storage.remove(META_TMP_NAME);
+    let f = storage.open(META_TMP_NAME, true)?;
+    let r = storage::complete(storage, 10, Op::Write { file: f, offset: 0, data: meta.as_bytes().to_vec() })
+        .and_then(|_| storage::complete(storage, 11, Op::SyncData { file: f }));
     storage.close(f);
-    r.map_err(|e| Error::io("writing wal.meta.tmp", e))?;
-    storage.rename(META_TMP_NAME, META_FILE_NAME).map_err(|e| Error::io("renaming wal.meta", e))?;
-    sync_dir(storage)
+    r?;
+    storage.rename(META_TMP_NAME, META_FILE_NAME)?;
+    storage::complete(storage, 12, Op::SyncDir).map(|_| ())
 }
 
 /// Syncs the directory and the newest segment files, so that recovery classifies only bytes
@@ -99,6 +102,13 @@ pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
     }
     if removed {
         sync_dir(storage)?;
+    }
+    // A cut into a segment a clean close sealed (only a lossy repair does that) removes its
+    // footer: wal.meta must stop attesting it.
+    if let Ok(Ok(meta)) = recovery::read_meta(storage) {
+        if meta.closed_segment_seq.get() >= d.segment {
+            replace_meta(storage, &meta.with_close(0, 0)).map_err(|e| Error::io("replacing wal.meta", e))?;
+        }
     }
     Ok((d.segment, from as u64, (end - from) as u64))
 }

@@ -794,16 +794,7 @@ impl Wal {
 
     fn write_meta(&mut self, meta: &MetaFile) -> Result<()> {
         let st = self.storage.clone();
-        let _ = st.remove(META_TMP_NAME);
-        let f = st.open(META_TMP_NAME, true).map_err(|e| self.fail_io("creating wal.meta.tmp", e))?;
-        let r = self
-            .run(Op::Write { file: f, offset: 0, data: meta.as_bytes().to_vec() })
-            .and_then(|_| self.run(Op::SyncData { file: f }));
-        st.close(f);
-        r.map_err(|e| self.fail_io("writing wal.meta.tmp", e))?;
-        st.rename(META_TMP_NAME, META_FILE_NAME).map_err(|e| self.fail_io("renaming wal.meta", e))?;
-        self.run(Op::SyncDir).map_err(|e| self.fail_io("syncing the directory", e))?;
-        Ok(())
+        crate::lifecycle::replace_meta(&*st, meta).map_err(|e| self.fail_io("replacing wal.meta", e))
     }
 
     // ----- reading -----
