@@ -233,14 +233,6 @@ pub fn scan_log_with(
         out.verdict = CrcVerdict::Corrupt;
         return Ok(out);
     }
-    if let Some(i) = live.iter().zip(floor..).position(|(&s, want)| s != want) {
-        let missing = floor + i as u64;
-        let next = live.get(i).copied().unwrap_or(missing);
-        out.damage =
-            Some(damage_at(CrcVerdict::Corrupt, DamageKind::MissingSegment { segment: missing }, next, 0));
-        out.verdict = CrcVerdict::Corrupt;
-        return Ok(out);
-    }
     let mut valid = Vec::with_capacity(live.len());
     for &s in &live {
         valid.push(header_checks_out(storage, s)?);
@@ -254,8 +246,22 @@ pub fn scan_log_with(
     out.next_seq = meta.floor_first_record_seq.get();
     out.last_crc = meta.floor_prev_crc.get();
     let mut logical: Option<Logical> = None;
+    // The next LSN at the end of the previous segment, once known: whole-file damage is
+    // reported at it.
+    let mut lsn_here = 0u64;
+    let at_lsn = |mut d: Damage, lsn: u64| {
+        d.lsn = lsn;
+        d.batch_lsn = lsn;
+        d
+    };
     for (i, &seq) in live.iter().enumerate() {
         let later = later_valid(i);
+        let want = floor + i as u64;
+        if seq != want {
+            let d = damage_at(CrcVerdict::Corrupt, DamageKind::MissingSegment { segment: want }, seq, 0);
+            out.damage = Some(at_lsn(d, lsn_here));
+            break;
+        }
         let bytes = if depth == Depth::Quick { read_ends(storage, seq)? } else { map_segment(storage, seq)? };
         let expect = Expect {
             segment_seq: seq,
@@ -266,11 +272,14 @@ pub fn scan_log_with(
         let header = match scan::read_start(&bytes, &expect) {
             Start::Spare => {
                 if later {
-                    out.damage = Some(damage_at(
-                        CrcVerdict::Corrupt,
-                        DamageKind::BadSegmentHeader("empty segment before a segment holding data"),
-                        seq,
-                        0,
+                    out.damage = Some(at_lsn(
+                        damage_at(
+                            CrcVerdict::Corrupt,
+                            DamageKind::BadSegmentHeader("empty segment before a segment holding data"),
+                            seq,
+                            0,
+                        ),
+                        lsn_here,
                     ));
                     break;
                 }
@@ -278,16 +287,14 @@ pub fn scan_log_with(
                 continue;
             }
             Start::Unsupported(v) => {
-                out.damage = Some(damage_at(
-                    CrcVerdict::UnsupportedVersion,
-                    DamageKind::UnsupportedVersion(v),
-                    seq,
-                    0,
+                out.damage = Some(at_lsn(
+                    damage_at(CrcVerdict::UnsupportedVersion, DamageKind::UnsupportedVersion(v), seq, 0),
+                    lsn_here,
                 ));
                 break;
             }
             Start::Damage(r) => {
-                out.damage = Some(classified(&bytes, seq, &r, later));
+                out.damage = Some(at_lsn(classified(&bytes, seq, &r, later), lsn_here));
                 break;
             }
             Start::Segment(h) => h,
@@ -299,6 +306,7 @@ pub fn scan_log_with(
                     out.next_seq = fh.seq.get() + 1;
                     out.last_crc = fh.crc.get();
                     out.durable_seq = fh.seq.get();
+                    lsn_here = fh.lsn.get();
                     let p = &info.payload;
                     let counts = Counts {
                         records: p.record_count.get(),
@@ -318,7 +326,8 @@ pub fn scan_log_with(
         if depth == Depth::Quick {
             // No footer: the last (unsealed) segment, whose records a quick check does not read.
             if later_data(i) {
-                out.damage = Some(damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, 0));
+                out.damage =
+                    Some(at_lsn(damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, 0), lsn_here));
                 break;
             }
             out.segments.push(SegmentInfo {
@@ -357,17 +366,24 @@ pub fn scan_log_with(
             out.logical = w.logical;
             break;
         }
+        let lsn_end = w.logical.as_ref().map_or(lsn_here, |l| l.next_lsn);
         if w.footer.is_none() && (later_data(i) || seq == closed) {
-            out.damage = Some(damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, w.data_end));
+            out.damage = Some(at_lsn(
+                damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, w.data_end),
+                lsn_end,
+            ));
             break;
         }
         if seq == closed && w.footer.as_ref().is_some_and(|f| f.crc != meta.closed_footer_crc.get()) {
             let at = footer_offset(header.segment_len.get()) as u64;
-            out.damage = Some(damage_at(
-                CrcVerdict::Corrupt,
-                DamageKind::BadFooter("differs from the footer the clean close recorded"),
-                seq,
-                at,
+            out.damage = Some(at_lsn(
+                damage_at(
+                    CrcVerdict::Corrupt,
+                    DamageKind::BadFooter("differs from the footer the clean close recorded"),
+                    seq,
+                    at,
+                ),
+                lsn_end,
             ));
             break;
         }
@@ -378,6 +394,7 @@ pub fn scan_log_with(
             out.durable_seq = out.durable_seq.max(f.seq);
         }
         logical = w.logical.clone();
+        lsn_here = logical.as_ref().map_or(lsn_here, |l| l.next_lsn);
         out.segments.push(SegmentInfo {
             seq,
             header,
