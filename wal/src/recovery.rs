@@ -86,6 +86,9 @@ pub(crate) fn read_meta(storage: &dyn Storage) -> Result<std::result::Result<Met
     if m.format_version.get() != FORMAT_VERSION {
         return Ok(Err(DamageKind::UnsupportedVersion(m.format_version.get())));
     }
+    if matches!(m.floor_first_record_seq.get(), 0 | u64::MAX) || m.floor_segment_seq.get() == 0 {
+        return Ok(Err(DamageKind::BadMetaFile("impossible floor")));
+    }
     Ok(Ok(m))
 }
 
@@ -302,7 +305,8 @@ pub fn scan_log_with(
         if depth == Depth::Quick || (!full && later_data(i)) {
             if let Some((fh, info)) = scan::read_footer_fast(&bytes, header.segment_len.get()) {
                 let first = header.first_record_seq.get();
-                if fh.seq.get() > first {
+                // A footer whose sequence cannot be followed is not trusted: walk the segment.
+                if fh.seq.get() > first && fh.seq.get() < u64::MAX {
                     out.next_seq = fh.seq.get() + 1;
                     out.last_crc = fh.crc.get();
                     out.durable_seq = fh.seq.get();

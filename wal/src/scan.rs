@@ -166,6 +166,9 @@ pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
     if bytes.len() as u64 > u64::from(len) {
         return damage(DamageKind::BadSegmentHeader("file longer than its segment length"), true, true);
     }
+    if matches!(h.first_record_seq.get(), 0 | u64::MAX) {
+        return damage(DamageKind::BadSegmentHeader("impossible first record sequence"), true, true);
+    }
     if let Some(first) = expect.first_record_seq {
         if h.first_record_seq.get() != first {
             return damage(
@@ -475,7 +478,9 @@ impl Walker {
             let Ok(f) = FramePayload::read_from_bytes(d.payload) else {
                 return self.semantic(DamageKind::BadFrame("frame payload size"), off);
             };
-            let batch_end = end as u64 + f.batch_len.get();
+            let Some(batch_end) = (end as u64).checked_add(f.batch_len.get()) else {
+                return self.semantic(DamageKind::BadFrame("impossible count or length"), off);
+            };
             if f.record_count.get() == 0
                 || f.reserved != [0; 4]
                 || f.batch_len.get() % ALIGN as u64 != 0
@@ -530,9 +535,12 @@ impl Walker {
                 return self.semantic(DamageKind::BadFrame("fewer records than the frame declares"), off);
             }
         }
+        let Some(next_seq) = self.expect_seq.checked_add(1) else {
+            return self.semantic(DamageKind::BadState("record sequence overflow"), off);
+        };
         self.counts.records += 1;
         self.off = end;
-        self.expect_seq += 1;
+        self.expect_seq = next_seq;
         self.prev_crc = h.crc.get();
         if self.batch_left == 0 {
             self.data_end = end as u64;
@@ -699,7 +707,7 @@ impl Walker {
             Err(k) => return bad(self, k),
         };
         let p = &info.payload;
-        if p.durable_seq.get() + 1 != h.seq.get() || p.data_end.get() != self.data_end {
+        if p.durable_seq.get().checked_add(1) != Some(h.seq.get()) || p.data_end.get() != self.data_end {
             return bad(self, DamageKind::BadFooter("durable sequence or data end disagree"));
         }
         if h.lsn.get() != self.next_lsn() && self.full {
@@ -728,7 +736,10 @@ impl Walker {
             r.declared_end = Some((at + FOOTER_SLOT_LEN) as u64);
             return Step::Damage(r);
         }
-        self.expect_seq += 1;
+        let Some(next_seq) = self.expect_seq.checked_add(1) else {
+            return bad(self, DamageKind::BadState("record sequence overflow"));
+        };
+        self.expect_seq = next_seq;
         self.prev_crc = h.crc.get();
         self.footer = Some(info);
         Step::Record(Rec {
