@@ -208,14 +208,15 @@ pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'
     let Some(hb) = bytes.get(off..off + RECORD_HEADER_LEN) else {
         return Err(err(DamageKind::ShortAtEof, false, false, true));
     };
-    if is_zero(hb) {
-        return Err(err(DamageKind::ZeroHeader, false, false, false));
-    }
     let Ok(header) = RecordHeader::read_from_bytes(hb) else {
         return Err(err(DamageKind::ShortAtEof, false, false, true));
     };
     let actual = header.compute_header_crc();
     if actual != header.header_crc.get() {
+        // Checked only on failure: a valid header is never all zero.
+        if is_zero(hb) {
+            return Err(err(DamageKind::ZeroHeader, false, false, false));
+        }
         return Err(err(
             DamageKind::HeaderChecksum { expected: header.header_crc.get(), actual },
             false,
@@ -246,7 +247,8 @@ pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'
     }
     let body = off + RECORD_HEADER_LEN;
     let payload = bytes.get(body..body + payload_len as usize).unwrap_or_default();
-    let actual = header.compute_crc(payload);
+    // The header (from byte 4) and the payload are contiguous: one checksum call over both.
+    let actual = crc32c::crc32c(bytes.get(off + 4..body + payload_len as usize).unwrap_or_default());
     if actual != header.crc.get() {
         return Err(err(DamageKind::Checksum { expected: header.crc.get(), actual }, true, false, false));
     }
@@ -425,6 +427,14 @@ impl Walker {
             self.off = aligned;
             let no_room = off + RECORD_HEADER_LEN > self.limit;
             let zero = bytes.get(off..off + RECORD_HEADER_LEN).is_some_and(is_zero);
+            if zero && self.first_batch && self.full && off == SEGMENT_HEADER_LEN {
+                // The header is written in the same sector as the segment's first batch, so a
+                // header with no batch after it is never a crash's doing (and a writer could
+                // not continue it): damage, cut from offset 0 back to a spare.
+                let mut r = self.damage(DamageKind::ZeroHeader, off, false, false, false, false);
+                r.batch_start = 0;
+                return Step::Damage(r);
+            }
             if no_room || zero {
                 let rest = bytes.get(off..self.limit.min(bytes.len())).unwrap_or_default();
                 if let Some(p) = first_nonzero(rest) {
