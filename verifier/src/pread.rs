@@ -7,13 +7,17 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use wal::storage::{Completion, FileId, LockGuard, Mapping, Storage, Submission};
 
 #[derive(Debug)]
 pub struct ReadOnlyDir {
     dir: PathBuf,
     files: Mutex<(FileId, HashMap<FileId, File>)>,
+    /// The last segment buffer, refilled in place for the next segment once its reader has let
+    /// go of it: a scan then allocates (and page-faults) one segment's worth of memory, not one
+    /// per segment.
+    spare: Mutex<Option<Arc<[u8]>>>,
 }
 
 fn read_only() -> io::Error {
@@ -22,7 +26,11 @@ fn read_only() -> io::Error {
 
 impl ReadOnlyDir {
     pub fn new(dir: impl AsRef<Path>) -> Self {
-        ReadOnlyDir { dir: dir.as_ref().to_path_buf(), files: Mutex::new((1, HashMap::new())) }
+        ReadOnlyDir {
+            dir: dir.as_ref().to_path_buf(),
+            files: Mutex::new((1, HashMap::new())),
+            spare: Mutex::new(None),
+        }
     }
 
     fn files(&self) -> MutexGuard<'_, (FileId, HashMap<FileId, File>)> {
@@ -102,10 +110,23 @@ impl Storage for ReadOnlyDir {
     /// Reads the whole file with pread: memory is one segment, never the log.
     fn map(&self, file: FileId) -> io::Result<Mapping> {
         let len = self.len(file)? as usize;
-        let mut buf = vec![0u8; len];
-        let n = self.read_at(file, 0, &mut buf)?;
-        buf.truncate(n);
-        Ok(Mapping::Bytes(buf.into()))
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buf = match spare.take() {
+            Some(b) if b.len() == len => b,
+            _ => Arc::from(vec![0u8; len]),
+        };
+        if Arc::get_mut(&mut buf).is_none() {
+            // The previous segment is still being read: this one gets its own buffer.
+            buf = Arc::from(vec![0u8; len]);
+        }
+        let Some(bytes) = Arc::get_mut(&mut buf) else { return Err(io::Error::other("buffer is shared")) };
+        let n = self.read_at(file, 0, bytes)?;
+        if n < len {
+            // The file shrank while we read it: hand out exactly what was read.
+            return Ok(Mapping::Bytes(Arc::from(bytes.get(..n).unwrap_or_default())));
+        }
+        *spare = Some(buf.clone());
+        Ok(Mapping::Bytes(buf))
     }
 
     fn submit(&self, _: Submission) -> io::Result<()> {
