@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use wal::storage::{Completion, FileId, LockGuard, Mapping, Storage, Submission};
@@ -92,19 +91,7 @@ impl Storage for ReadOnlyDir {
     }
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.with(file, |f| {
-            let mut got = 0;
-            while got < buf.len() {
-                let rest = buf.get_mut(got..).unwrap_or_default();
-                match f.read_at(rest, offset + got as u64) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(got)
-        })
+        self.with(file, |f| wal::storage::pread_full(f, offset, buf))
     }
 
     /// Reads the whole file with pread: memory is one segment, never the log.

@@ -198,8 +198,10 @@ pub enum Error {
     InvalidArgument(String),
     /// The directory holds no log (and `create` was not asked for).
     NotFound(String),
-    /// A write on a read-only handle.
+    /// A write on a read-only handle (or on a log that is closing).
     ReadOnly,
+    /// The I/O thread's queue is full and the caller asked not to wait.
+    Busy,
 }
 
 impl Error {
@@ -220,6 +222,7 @@ impl Error {
                 | Error::TooLarge { .. }
                 | Error::InvalidArgument(_)
                 | Error::ReadOnly
+                | Error::Busy
                 | Error::Locked(_)
                 | Error::NotFound(_)
         )
@@ -247,7 +250,8 @@ impl fmt::Display for Error {
             }
             Error::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
             Error::NotFound(w) => write!(f, "no log: {w}"),
-            Error::ReadOnly => write!(f, "the log was opened read-only"),
+            Error::ReadOnly => write!(f, "the log was opened read-only or is closing"),
+            Error::Busy => write!(f, "rejected: the queue is full"),
         }
     }
 }

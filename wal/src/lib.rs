@@ -25,6 +25,7 @@ mod batch;
 pub mod classify;
 pub mod error;
 pub mod format;
+pub mod io_thread;
 pub mod lifecycle;
 mod log;
 mod open;
@@ -32,11 +33,14 @@ pub mod recovery;
 pub mod replay;
 pub mod scan;
 pub mod storage;
+pub mod ticket;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
+pub use io_thread::{AsyncOptions, AsyncWal, Durability, WhenFull};
 pub use log::{Checkpoint, OpenReport, Options, PurgeReport, Wal};
 pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
 pub use replay::{Bound, Item, ItemKind, Replay};
+pub use ticket::{Failure, Ticket};
 
 /// A log sequence number: an entry's position as the log's users see it (the Raft index in
 /// replicated mode). Truncation can reuse an LSN; the record sequence behind it never repeats.

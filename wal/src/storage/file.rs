@@ -13,6 +13,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// Zero-fill writes go out in chunks of this size.
 const ZERO_CHUNK: usize = 1 << 20;
 
+/// Reads from `offset` until `buf` is full or the file ends (pread, retried on EINTR); returns
+/// the bytes read.
+pub fn pread_full(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let rest = buf.get_mut(got..).unwrap_or_default();
+        match f.read_at(rest, offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
 #[derive(Debug)]
 pub struct FileStorage {
     dir: PathBuf,
@@ -128,18 +144,7 @@ impl Storage for FileStorage {
     }
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let f = self.file(file)?;
-        let mut got = 0;
-        while got < buf.len() {
-            let rest = buf.get_mut(got..).unwrap_or_default();
-            match f.read_at(rest, offset + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(got)
+        pread_full(&*self.file(file)?, offset, buf)
     }
 
     fn map(&self, file: FileId) -> io::Result<Mapping> {

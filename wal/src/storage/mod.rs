@@ -13,7 +13,7 @@
 mod file;
 mod mem;
 
-pub use file::FileStorage;
+pub use file::{pread_full, FileStorage};
 pub use mem::{CrashPoint, Faults, MemState, MemStorage, SectorFate};
 
 use std::fmt;

@@ -1,0 +1,111 @@
+//! Tickets: the asynchronous acknowledgement of one append.
+//!
+//! A ticket resolves exactly once, on the I/O thread, to the entry's LSN (written or durable, as
+//! asked) or to a failure. It can be waited on, polled, or awaited as a `std::future::Future`
+//! without any runtime. The I/O thread only stores the outcome, notifies a condition variable
+//! and wakes a waker: it never runs user code.
+
+use crate::Lsn;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// Why an append did not become durable. `Indeterminate` entries may or may not be in the log
+/// (DESIGN.md I1): the log decides, and a reopen tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Logged or possibly logged: a failed write or sync, a fenced log, a close.
+    Indeterminate(String),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    outcome: Option<Result<Lsn, Failure>>,
+    waker: Option<Waker>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Inner {
+    state: Mutex<State>,
+    done: Condvar,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Resolves the ticket; a second resolution is ignored (the first one is the truth).
+    pub(crate) fn resolve(&self, outcome: Result<Lsn, Failure>) {
+        let waker = {
+            let mut st = self.lock();
+            if st.outcome.is_some() {
+                return;
+            }
+            st.outcome = Some(outcome);
+            st.waker.take()
+        };
+        self.done.notify_all();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// The acknowledgement of one append.
+#[derive(Clone, Debug)]
+pub struct Ticket {
+    pub(crate) inner: Arc<Inner>,
+    /// The LSN the entry was given at submission.
+    pub lsn: Lsn,
+}
+
+impl Ticket {
+    pub(crate) fn new(lsn: Lsn) -> Ticket {
+        Ticket { inner: Arc::new(Inner::default()), lsn }
+    }
+
+    /// The outcome if it is known, without blocking.
+    pub fn poll_outcome(&self) -> Option<Result<Lsn, Failure>> {
+        self.inner.lock().outcome.clone()
+    }
+
+    /// Blocks until the outcome is known.
+    pub fn wait(&self) -> Result<Lsn, Failure> {
+        let mut st = self.inner.lock();
+        loop {
+            if let Some(o) = &st.outcome {
+                return o.clone();
+            }
+            st = self.inner.done.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Blocks at most `timeout`; `None` if the outcome is still unknown.
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<Lsn, Failure>> {
+        let st = self.inner.lock();
+        let (st, _) = self
+            .inner
+            .done
+            .wait_timeout_while(st, timeout, |s| s.outcome.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        st.outcome.clone()
+    }
+}
+
+impl Future for Ticket {
+    type Output = Result<Lsn, Failure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut st = self.inner.lock();
+        match &st.outcome {
+            Some(o) => Poll::Ready(o.clone()),
+            None => {
+                st.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
