@@ -37,7 +37,7 @@ pub mod ticket;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
 pub use io_thread::{AsyncOptions, AsyncWal, Durability, WhenFull};
-pub use log::{Checkpoint, OpenReport, Options, PurgeReport, Wal};
+pub use log::{Backend, Checkpoint, OpenReport, Options, PurgeReport, Wal};
 pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
 pub use replay::{Bound, Item, ItemKind, Replay};
 pub use ticket::{Failure, Ticket};

@@ -24,6 +24,18 @@ use zerocopy::IntoBytes;
 pub(crate) const STATE_MAX_LEN: usize =
     RECORD_HEADER_LEN + STATE_FIXED_LEN + MAX_META_KEYS * (8 + MAX_META_VALUE_LEN);
 
+/// Which storage backend a log on real files uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// io_uring where it can be set up, else the portable one (the choice is logged once).
+    #[default]
+    Auto,
+    /// io_uring, or an error where it is unavailable.
+    Uring,
+    /// pwrite + fdatasync.
+    Portable,
+}
+
 /// How to open a log.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -42,6 +54,8 @@ pub struct Options {
     /// The id of a new log. `None` (the default) draws a random one, which is what keeps bytes
     /// of another log from ever validating; fixed ids are for reproducible fixtures and tests.
     pub log_id: Option<[u8; 16]>,
+    /// The storage backend for [`Wal::open`] (ignored by `open_with`).
+    pub backend: Backend,
 }
 
 impl Default for Options {
@@ -54,6 +68,7 @@ impl Default for Options {
             read_only: false,
             first_lsn: 1,
             log_id: None,
+            backend: Backend::Auto,
         }
     }
 }
@@ -71,6 +86,8 @@ pub struct OpenReport {
     /// Segment files below the purge floor that were removed.
     pub leftovers_removed: Vec<u64>,
     pub created: bool,
+    /// The backend in use: "io_uring", "portable", or "custom" for `open_with`.
+    pub backend: &'static str,
 }
 
 /// A checkpoint: the online state digest after applying every entry up to an LSN.

@@ -5,20 +5,49 @@ use crate::batch::FRAME_LEN;
 use crate::error::{CrcVerdict, Error, Result};
 use crate::format::*;
 use crate::lifecycle::{cut_tail, init, sync_dir, sync_unsealed};
-use crate::log::{Active, OpenReport, Options, Staged, Wal, STATE_MAX_LEN};
+use crate::log::{Active, Backend, OpenReport, Options, Staged, Wal, STATE_MAX_LEN};
 use crate::recovery::{self, LogScan, RecoveryMode};
 use crate::scan::Logical;
 use crate::storage::{FileStorage, LockGuard, Storage};
 use std::path::Path;
 use std::sync::Arc;
 
+#[cfg(target_os = "linux")]
+fn uring(dir: &Path, create: bool) -> std::io::Result<crate::storage::UringStorage> {
+    crate::storage::UringStorage::new(dir, create)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn uring(_: &Path, _: bool) -> std::io::Result<FileStorage> {
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "io_uring is Linux-only"))
+}
+
 impl Wal {
-    /// Opens (or creates) the log in directory `dir` on real files.
+    /// Opens (or creates) the log in directory `dir` on real files, with the backend
+    /// `opts.backend` chooses.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<(Wal, OpenReport)> {
         let create = opts.create && !opts.read_only && opts.recovery != RecoveryMode::Salvage;
-        let storage = FileStorage::new(dir.as_ref(), create)
-            .map_err(|e| Error::io(format!("opening {}", dir.as_ref().display()), e))?;
-        Wal::open_with(Arc::new(storage), opts)
+        let dir = dir.as_ref();
+        let ctx = || format!("opening {}", dir.display());
+        let (storage, name): (Arc<dyn Storage>, &'static str) = match opts.backend {
+            Backend::Portable => {
+                (Arc::new(FileStorage::new(dir, create).map_err(|e| Error::io(ctx(), e))?), "portable")
+            }
+            Backend::Uring => (Arc::new(uring(dir, create).map_err(|e| Error::io(ctx(), e))?), "io_uring"),
+            Backend::Auto => match uring(dir, create) {
+                Ok(u) => (Arc::new(u), "io_uring"),
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    static LOGGED: std::sync::Once = std::sync::Once::new();
+                    LOGGED
+                        .call_once(|| eprintln!("wal: io_uring unavailable ({e}); using pwrite + fdatasync"));
+                    (Arc::new(FileStorage::new(dir, create).map_err(|e| Error::io(ctx(), e))?), "portable")
+                }
+                Err(e) => return Err(Error::io(ctx(), e)),
+            },
+        };
+        let (wal, mut report) = Wal::open_with(storage, opts)?;
+        report.backend = name;
+        Ok((wal, report))
     }
 
     /// Opens the log behind any storage backend.
@@ -78,6 +107,7 @@ impl Wal {
             records_walked: scan.records_walked,
             leftovers_removed: Vec::new(),
             created,
+            backend: "custom",
         };
         if let Some(d) = scan.damage.clone() {
             match (opts.recovery, d.verdict) {

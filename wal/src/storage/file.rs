@@ -68,7 +68,7 @@ impl FileStorage {
         &self.dir
     }
 
-    fn file(&self, id: FileId) -> io::Result<Arc<File>> {
+    pub(crate) fn file(&self, id: FileId) -> io::Result<Arc<File>> {
         lock(&self.files)
             .get(&id)
             .cloned()

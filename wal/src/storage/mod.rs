@@ -5,16 +5,23 @@
 //! The synchronous path ([`complete`]) submits one operation and reaps until its token comes
 //! back, resubmitting the rest of a short write. Backends:
 //!
-//! - [`FileStorage`]: real files in a directory, `pwrite` + `fdatasync`, directory fsync, `flock`;
+//! - [`FileStorage`]: real files in a directory, `pwrite` + `fdatasync`, directory fsync, `flock`
+//!   (the portable backend);
+//! - `UringStorage` (Linux): the same files, with writes and fdatasyncs submitted through io_uring
+//!   and reaped as they complete;
 //! - [`MemStorage`]: in memory, with a durable image beside the live one, crash images at sector
 //!   granularity, and injected faults (failed syncs, short writes, reordered completions, disk
 //!   full). It exists for tests, not as a product backend.
 
 mod file;
 mod mem;
+#[cfg(target_os = "linux")]
+mod uring;
 
 pub use file::{pread_full, FileStorage};
 pub use mem::{CrashPoint, Faults, MemState, MemStorage, SectorFate};
+#[cfg(target_os = "linux")]
+pub use uring::UringStorage;
 
 use std::fmt;
 use std::io;

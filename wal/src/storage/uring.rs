@@ -1,0 +1,275 @@
+//! The io_uring backend: writes and fdatasyncs go to the kernel through a ring and complete
+//! asynchronously; everything else (names, zero-fill, directory sync, reads, maps, the lock) is
+//! the file backend's, since none of it is on the append path.
+//!
+//! Correctness rules (peers.md lessons 1-3, limits.md section 3):
+//! - a write's buffer and its file stay owned by the in-flight table until its completion is
+//!   reaped, so the kernel never sees freed memory or a closed descriptor;
+//! - a completion's short count is reported as is (the caller resubmits the rest: see
+//!   [`super::complete`]); -EAGAIN and -EINTR on an operation resubmit it; a full submission queue
+//!   is flushed to the kernel; a completion-queue overflow (EBUSY on enter) is drained first;
+//! - the ring uses no special setup flags: SQPOLL cost one of this machine's two vCPUs for no
+//!   gain, IOPOLL does not work on this device, and DEFER_TASKRUN with an IO_DRAIN fsync left the
+//!   waiter asleep. Ordering is the caller's: a sync is only submitted after the writes it must
+//!   cover have completed, never linked or drained.
+
+use super::{Completion, FileId, FileStorage, LockGuard, Mapping, Op, Storage, Submission};
+use io_uring::{opcode, types, IoUring};
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const RING_ENTRIES: u32 = 256;
+
+/// What an in-flight operation is, kept until its completion (and to resubmit it).
+enum Kind {
+    Write { offset: u64, data: Vec<u8> },
+    SyncData,
+}
+
+struct InFlight {
+    token: u64,
+    file: Arc<File>,
+    kind: Kind,
+}
+
+struct Ring {
+    ring: IoUring,
+    inflight: HashMap<u64, InFlight>,
+    next_id: u64,
+    /// Completions not yet reaped (including those of operations run synchronously).
+    done: VecDeque<Completion>,
+    /// Submitted to the ring but not yet to the kernel.
+    unsent: usize,
+    /// Operations that went through the ring (for tests and metrics).
+    ring_ops: u64,
+}
+
+/// Log storage whose writes and syncs go through io_uring.
+pub struct UringStorage {
+    files: FileStorage,
+    ring: Mutex<Ring>,
+}
+
+impl std::fmt::Debug for UringStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringStorage").field("dir", &self.files.dir()).finish()
+    }
+}
+
+impl UringStorage {
+    /// Sets up a ring for the log directory `dir`; fails where io_uring is unavailable.
+    pub fn new(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
+        let ring = IoUring::new(RING_ENTRIES)?;
+        Ok(UringStorage {
+            files: FileStorage::new(dir, create)?,
+            ring: Mutex::new(Ring {
+                ring,
+                inflight: HashMap::new(),
+                next_id: 1,
+                done: VecDeque::new(),
+                unsent: 0,
+                ring_ops: 0,
+            }),
+        })
+    }
+
+    /// Writes and syncs submitted through the ring so far.
+    pub fn ring_ops(&self) -> u64 {
+        self.ring().ring_ops
+    }
+
+    fn ring(&self) -> MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Ring {
+    /// Pushes the operation `id` (already in the in-flight table) onto the submission queue.
+    fn push(&mut self, id: u64) -> io::Result<()> {
+        let Some(op) = self.inflight.get(&id) else { return Err(io::Error::other("unknown operation")) };
+        let fd = types::Fd(op.file.as_raw_fd());
+        let entry = match &op.kind {
+            Kind::Write { offset, data } => {
+                let len =
+                    u32::try_from(data.len()).map_err(|_| io::Error::other("write larger than 4 GiB"))?;
+                opcode::Write::new(fd, data.as_ptr(), len).offset(*offset).build().user_data(id)
+            }
+            Kind::SyncData => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build().user_data(id),
+        };
+        loop {
+            // SAFETY: the entry points at `data`, a Vec owned by the in-flight table, and at the
+            // descriptor of `file`, an Arc also owned there; both are dropped only after the
+            // operation's completion has been reaped (`drain`), so the kernel never reads freed
+            // memory or writes to a closed or reused descriptor. Moving the Vec struct does not
+            // move its heap buffer.
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                self.unsent += 1;
+                return Ok(());
+            }
+            // The submission queue is full: hand it to the kernel and retry.
+            self.enter(0)?;
+        }
+    }
+
+    /// Submits what is queued and waits for `want` completions, riding out EINTR and a full
+    /// completion queue.
+    fn enter(&mut self, want: usize) -> io::Result<()> {
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Ok(_) => {
+                    self.unsent = 0;
+                    return Ok(());
+                }
+                Err(e) if e.raw_os_error() == Some(libc_eintr()) => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(code) if code == libc_ebusy() || code == libc_eagain()) =>
+                {
+                    // Completion queue overflow or kernel back-pressure: reap, then try again.
+                    self.drain()?;
+                    if !self.done.is_empty() {
+                        return Ok(());
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Moves every available completion to `done`, resubmitting operations that asked for it.
+    fn drain(&mut self) -> io::Result<()> {
+        let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        for (id, res) in cqes {
+            if res == -libc_eagain() || res == -libc_eintr() {
+                self.push(id)?;
+                continue;
+            }
+            let Some(op) = self.inflight.remove(&id) else { continue };
+            let (result, buf) = match op.kind {
+                Kind::Write { data, .. } => {
+                    let r = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as u64) };
+                    (r, Some(data))
+                }
+                Kind::SyncData => {
+                    let r = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(0) };
+                    (r, None)
+                }
+            };
+            self.done.push_back(Completion { token: op.token, result, buf });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Ring {
+    /// Never let the ring (or a buffer) go while the kernel may still use a buffer: wait for
+    /// every in-flight operation first (bounded: a wedged device must not hang a drop forever).
+    fn drop(&mut self) {
+        for _ in 0..10_000 {
+            if self.inflight.is_empty() {
+                return;
+            }
+            if self.enter(1).and_then(|()| self.drain()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+// The errno values io_uring reports (Linux, every architecture this crate builds for).
+const fn libc_eintr() -> i32 {
+    4
+}
+const fn libc_eagain() -> i32 {
+    11
+}
+const fn libc_ebusy() -> i32 {
+    16
+}
+
+impl Storage for UringStorage {
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.files.list()
+    }
+
+    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
+        self.files.open(name, create_new)
+    }
+
+    fn close(&self, file: FileId) {
+        // In-flight operations hold their own handle to the file.
+        self.files.close(file)
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.files.remove(name)
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.files.rename(from, to)
+    }
+
+    fn len(&self, file: FileId) -> io::Result<u64> {
+        self.files.len(file)
+    }
+
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.files.read_at(file, offset, buf)
+    }
+
+    fn map(&self, file: FileId) -> io::Result<Mapping> {
+        self.files.map(file)
+    }
+
+    fn submit(&self, sub: Submission) -> io::Result<()> {
+        let kind = match sub.op {
+            Op::Write { file, offset, data } => (file, Kind::Write { offset, data }),
+            Op::SyncData { file } => (file, Kind::SyncData),
+            other => {
+                // Zero-fill and directory sync are not on the append path: the file backend
+                // runs them, and their completions join the ring's.
+                self.files.submit(Submission { token: sub.token, op: other })?;
+                let mut out = Vec::new();
+                self.files.reap(&mut out, true)?;
+                self.ring().done.extend(out);
+                return Ok(());
+            }
+        };
+        let file = self.files.file(kind.0)?;
+        let mut r = self.ring();
+        let id = r.next_id;
+        r.next_id += 1;
+        r.inflight.insert(id, InFlight { token: sub.token, file, kind: kind.1 });
+        r.ring_ops += 1;
+        if let Err(e) = r.push(id) {
+            r.inflight.remove(&id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
+        let mut r = self.ring();
+        if r.unsent > 0 {
+            r.enter(0)?;
+        }
+        r.drain()?;
+        while wait && r.done.is_empty() {
+            if r.inflight.is_empty() {
+                return Err(io::Error::other("reap would wait forever: nothing is in flight"));
+            }
+            r.enter(1)?;
+            r.drain()?;
+        }
+        out.extend(r.done.drain(..));
+        Ok(())
+    }
+
+    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
+        self.files.lock(exclusive)
+    }
+}
