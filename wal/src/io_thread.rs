@@ -48,6 +48,8 @@ pub struct AsyncOptions {
     pub when_full: WhenFull,
     /// The most entries one batch takes from the queue.
     pub max_batch_entries: usize,
+    /// An fdatasync at least this slow is counted and reported on stderr (etcd's "slow fdatasync").
+    pub slow_sync: std::time::Duration,
 }
 
 impl Default for AsyncOptions {
@@ -57,6 +59,7 @@ impl Default for AsyncOptions {
             queue_bytes: 64 << 20,
             when_full: WhenFull::Wait,
             max_batch_entries: 1024,
+            slow_sync: std::time::Duration::from_secs(1),
         }
     }
 }
@@ -72,6 +75,7 @@ struct Submit {
 
 struct Shared {
     submit: Mutex<Submit>,
+    metrics: crate::metrics::Metrics,
     space: Condvar,
     max_payload: usize,
     opts: AsyncOptions,
@@ -119,6 +123,7 @@ impl AsyncWal {
                 closing: false,
             }),
             space: Condvar::new(),
+            metrics: Default::default(),
             max_payload: wal.max_payload_bytes() as usize,
             opts,
         });
@@ -174,6 +179,13 @@ impl AsyncWal {
         st.queued_entries += 1;
         st.queued_bytes += len;
         Ok(ticket)
+    }
+
+    /// Counters and histograms of the I/O thread (appends, bytes, batches, entries per batch,
+    /// sync latency, slow syncs, queue depth).
+    pub fn stats(&self) -> crate::metrics::Stats {
+        let depth = self.shared.lock().queued_entries;
+        self.shared.metrics.snapshot(depth)
     }
 
     /// Drains the queue, syncs, seals and stops the I/O thread; every ticket is resolved.
@@ -288,7 +300,14 @@ fn commit(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pe
     for p in batch.iter().filter(|p| p.durability == Durability::Written) {
         p.ticket.resolve(Ok(Lsn(p.lsn)));
     }
-    if let Err(e) = wal.sync() {
+    shared.metrics.batch(entries, bytes);
+    let started = std::time::Instant::now();
+    let synced = wal.sync();
+    let took = started.elapsed();
+    if shared.metrics.sync(took, shared.opts.slow_sync) {
+        eprintln!("wal: slow fdatasync: {} ms for {entries} entries", took.as_millis());
+    }
+    if let Err(e) = synced {
         fence(shared, rx, batch, e.to_string());
         release(shared);
         return;

@@ -28,6 +28,7 @@ pub mod format;
 pub mod io_thread;
 pub mod lifecycle;
 mod log;
+pub mod metrics;
 mod open;
 pub mod recovery;
 pub mod replay;

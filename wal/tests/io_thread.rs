@@ -47,6 +47,13 @@ fn many_submitters_share_syncs_and_every_acknowledged_entry_is_durable() {
     let mut acked: Vec<(u64, Vec<u8>)> = threads.into_iter().flat_map(|h| h.join().unwrap()).collect();
     acked.sort();
     let syncs = st.faults().syncs_seen - syncs_before;
+    let stats = log.stats();
+    assert_eq!(stats.appends, 1200);
+    assert_eq!(stats.payload_bytes, acked_bytes(&acked));
+    assert_eq!(stats.entries_per_batch.count(), stats.batches);
+    assert_eq!(stats.sync_latency_us.count(), stats.syncs);
+    assert!(stats.entries_per_batch.max() > 1, "no batch held more than one entry");
+    assert_eq!(stats.queue_depth, 0);
     // Acknowledged entries survive a crash that keeps only synced bytes.
     let crashed = st.state().crash(|_, _| SectorFate::Old);
     let got = reopen(&crashed);
@@ -55,6 +62,10 @@ fn many_submitters_share_syncs_and_every_acknowledged_entry_is_durable() {
     Arc::try_unwrap(log).unwrap().close().unwrap();
     println!("1200 durable appends from 8 threads took {syncs} data syncs");
     assert!(syncs < 1200, "no group commit: {syncs} syncs for 1200 appends");
+}
+
+fn acked_bytes(v: &[(u64, Vec<u8>)]) -> u64 {
+    v.iter().map(|e| e.1.len() as u64).sum()
 }
 
 #[test]

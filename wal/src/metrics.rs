@@ -1,0 +1,129 @@
+//! Counters and histograms of the I/O thread, readable from the handle at any time.
+//!
+//! Histograms have power-of-two buckets (bucket i holds values in [2^i, 2^(i+1)), bucket 0 also
+//! holds 0); a percentile is reported as the upper bound of its bucket, so it is never
+//! understated. One lock, taken once per batch by the I/O thread: nothing per entry.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+const BUCKETS: usize = 40;
+
+/// A log2 histogram.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Histogram {
+    counts: [u64; BUCKETS],
+    total: u64,
+    max: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { counts: [0; BUCKETS], total: 0, max: 0 }
+    }
+}
+
+impl Histogram {
+    pub fn record(&mut self, v: u64) {
+        let i = (64 - v.leading_zeros() as usize).saturating_sub(1).min(BUCKETS - 1);
+        if let Some(c) = self.counts.get_mut(i) {
+            *c += 1;
+        }
+        self.total += 1;
+        self.max = self.max.max(v);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.total
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// The upper bound of the bucket holding the `q` quantile (0 < q <= 1), capped at the max.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let want = ((self.total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return ((1u64 << (i + 1)) - 1).min(self.max);
+            }
+        }
+        self.max
+    }
+}
+
+/// A snapshot of the I/O thread's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub appends: u64,
+    pub payload_bytes: u64,
+    pub batches: u64,
+    pub syncs: u64,
+    /// fdatasyncs slower than `AsyncOptions::slow_sync`.
+    pub slow_syncs: u64,
+    pub entries_per_batch: Histogram,
+    pub sync_latency_us: Histogram,
+    /// Entries queued and not yet resolved, when the snapshot was taken.
+    pub queue_depth: usize,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    stats: Mutex<Stats>,
+}
+
+impl Metrics {
+    fn lock(&self) -> MutexGuard<'_, Stats> {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn batch(&self, entries: usize, bytes: usize) {
+        let mut s = self.lock();
+        s.appends += entries as u64;
+        s.payload_bytes += bytes as u64;
+        s.batches += 1;
+        s.entries_per_batch.record(entries as u64);
+    }
+
+    /// Records one fdatasync; returns whether it was slow.
+    pub(crate) fn sync(&self, took: Duration, slow: Duration) -> bool {
+        let mut s = self.lock();
+        s.syncs += 1;
+        s.sync_latency_us.record(took.as_micros().min(u128::from(u64::MAX)) as u64);
+        let is_slow = took >= slow;
+        if is_slow {
+            s.slow_syncs += 1;
+        }
+        is_slow
+    }
+
+    pub(crate) fn snapshot(&self, queue_depth: usize) -> Stats {
+        Stats { queue_depth, ..self.lock().clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_bucket_upper_bounds_never_understated() {
+        let mut h = Histogram::default();
+        for v in 1..=100u64 {
+            h.record(v);
+        }
+        assert_eq!(h.count(), 100);
+        assert_eq!(h.max(), 100);
+        let p50 = h.quantile(0.5);
+        assert!((50..=63).contains(&p50), "{p50}");
+        assert_eq!(h.quantile(0.99), 100);
+        h.record(0);
+        assert_eq!(Histogram::default().quantile(0.5), 0);
+    }
+}
