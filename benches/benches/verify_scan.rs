@@ -182,6 +182,10 @@ impl Storage for PooledPread {
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
         self.inner.lock(exclusive)
     }
+
+    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
+        self.inner.prepare_file(name, len)
+    }
 }
 
 fn scan_pooled_pread(st: &PooledPread) -> u64 {

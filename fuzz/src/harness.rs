@@ -418,7 +418,13 @@ pub struct Base {
 }
 
 fn opts() -> Options {
-    Options { segment_len_bytes: SEG, log_id: Some(LOG_ID), ..Options::default() }
+    // Deterministic base logs: no spare prepared by a helper thread.
+    Options {
+        segment_len_bytes: SEG,
+        log_id: Some(LOG_ID),
+        prepare_in_background: false,
+        ..Options::default()
+    }
 }
 
 fn files_of(st: &MemStorage) -> Files {

@@ -127,4 +127,8 @@ impl Storage for ReadOnlyDir {
     fn lock(&self, _: bool) -> io::Result<LockGuard> {
         Err(read_only())
     }
+
+    fn prepare_file(&self, _: &str, _: u64) -> io::Result<()> {
+        Err(read_only())
+    }
 }

@@ -217,17 +217,22 @@ struct Pending {
     ticket: Arc<Inner>,
 }
 
-/// Fences the log: records why, fails every given and queued ticket as Indeterminate.
-fn fence(shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>, why: String) {
+/// Fences the log: records why, fails every given and queued ticket as Indeterminate. Returns
+/// whether a close request was among the queued ones (it must not be lost: the caller waits).
+#[must_use]
+fn fence(shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>, why: String) -> bool {
     shared.lock().fenced.get_or_insert_with(|| why.clone());
     for p in batch.drain(..) {
         p.ticket.resolve(Err(Failure::Indeterminate(why.clone())));
     }
+    let mut close = false;
     while let Ok(r) = rx.try_recv() {
-        if let Req::Append { ticket, .. } = r {
-            ticket.resolve(Err(Failure::Indeterminate(why.clone())));
+        match r {
+            Req::Append { ticket, .. } => ticket.resolve(Err(Failure::Indeterminate(why.clone()))),
+            Req::Close => close = true,
         }
     }
+    close
 }
 
 fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
@@ -256,11 +261,11 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
                                 batch.push(Pending { lsn, bytes: payload.len(), durability, ticket });
                                 let why =
                                     format!("internal: the log gave LSN {} where {lsn} was promised", got.0);
-                                fence(shared, rx, &mut batch, why);
+                                closing |= fence(shared, rx, &mut batch, why);
                             }
                             Err(e) => {
                                 batch.push(Pending { lsn, bytes: payload.len(), durability, ticket });
-                                fence(shared, rx, &mut batch, e.to_string());
+                                closing |= fence(shared, rx, &mut batch, e.to_string());
                             }
                         }
                     }
@@ -271,19 +276,20 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
             }
         }
         if !batch.is_empty() {
-            commit(&mut wal, shared, rx, &mut batch);
+            closing |= commit(&mut wal, shared, rx, &mut batch);
         }
     }
     let fenced = shared.lock().fenced.clone();
-    fence(shared, rx, &mut batch, "the log was closed".into());
+    let _ = fence(shared, rx, &mut batch, "the log was closed".into());
     match fenced {
         Some(cause) => Err(Error::Poisoned { cause }),
         None => wal.close(),
     }
 }
 
-/// One write and one fdatasync for the whole batch; tickets resolve in that order.
-fn commit(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>) {
+/// One write and one fdatasync for the whole batch; tickets resolve in that order. Returns
+/// whether a fence met a close request.
+fn commit(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>) -> bool {
     let (entries, bytes) = (batch.len(), batch.iter().map(|p| p.bytes).sum::<usize>());
     let release = |shared: &Shared| {
         let mut st = shared.lock();
@@ -293,9 +299,9 @@ fn commit(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pe
         shared.space.notify_all();
     };
     if let Err(e) = wal.flush() {
-        fence(shared, rx, batch, e.to_string());
+        let close = fence(shared, rx, batch, e.to_string());
         release(shared);
-        return;
+        return close;
     }
     for p in batch.iter().filter(|p| p.durability == Durability::Written) {
         p.ticket.resolve(Ok(Lsn(p.lsn)));
@@ -308,12 +314,14 @@ fn commit(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pe
         eprintln!("wal: slow fdatasync: {} ms for {entries} entries", took.as_millis());
     }
     if let Err(e) = synced {
-        fence(shared, rx, batch, e.to_string());
+        let close = fence(shared, rx, batch, e.to_string());
         release(shared);
-        return;
+        return close;
     }
+    // Space first: a caller woken by its ticket sees the queue as it now is.
+    release(shared);
     for p in batch.drain(..) {
         p.ticket.resolve(Ok(Lsn(p.lsn)));
     }
-    release(shared);
+    false
 }

@@ -56,6 +56,9 @@ pub struct Options {
     pub log_id: Option<[u8; 16]>,
     /// The storage backend for [`Wal::open`] (ignored by `open_with`).
     pub backend: Backend,
+    /// Prepare the next segment (create, zero-fill, sync, directory sync) on a helper thread as
+    /// soon as one is activated, so rotation does not stall an append.
+    pub prepare_in_background: bool,
 }
 
 impl Default for Options {
@@ -69,6 +72,7 @@ impl Default for Options {
             first_lsn: 1,
             log_id: None,
             backend: Backend::Auto,
+            prepare_in_background: true,
         }
     }
 }
@@ -156,6 +160,8 @@ pub struct Wal {
     pub(crate) durable_end: Option<(u64, u64)>,
     pub(crate) staged: Staged,
     pub(crate) poisoned: Option<String>,
+    /// The next segment being prepared on a helper thread.
+    pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<()>>)>,
     pub(crate) token: u64,
     pub(crate) closed: bool,
 }
@@ -465,6 +471,7 @@ impl Wal {
         let seq = self.segments.last().map_or(self.meta.floor_segment_seq.get(), |s| s.seq + 1);
         let seg_len = self.opts.segment_len_bytes;
         let name = segment_file_name(seq);
+        self.finish_preparing(Some(seq));
         let file = if self.spares.contains(&seq) {
             let f =
                 self.storage.open(&name, false).map_err(|e| self.fail_io("opening a spare segment", e))?;
@@ -485,6 +492,7 @@ impl Wal {
         self.staged.buf.extend_from_slice(header.as_bytes());
         self.active =
             Some(Active { seq, header, file, write_off: 0, index: Vec::new(), index_stride: 1, batches: 0 });
+        self.prepare_next(seq + 1);
         self.open_frame();
         let mut state = Vec::new();
         scan::encode_state(&self.logical, &mut state);
@@ -495,19 +503,35 @@ impl Wal {
 
     fn create_segment(&mut self, name: &str, len: u32) -> Result<FileId> {
         let st = self.storage.clone();
-        let f = st.open(name, true).map_err(|e| self.fail_io(format!("creating {name}"), e))?;
-        let r = self
-            .run(Op::ZeroFill { file: f, len: len.into() })
-            .and_then(|_| self.run(Op::SyncData { file: f }))
-            .and_then(|_| self.run(Op::SyncDir));
-        if let Err(e) = r {
-            st.close(f);
-            // A segment that could not be made whole is removed again; disk full leaves the log usable.
-            let _ = st.remove(name);
-            let _ = self.run(Op::SyncDir);
-            return Err(self.fail_io(format!("preparing {name}"), e));
+        st.prepare_file(name, len.into()).map_err(|e| self.fail_io(format!("preparing {name}"), e))?;
+        st.open(name, false).map_err(|e| self.fail_io(format!("opening {name}"), e))
+    }
+
+    /// Prepares segment `seq` (zero-filled, synced, durable in the directory) on a helper thread,
+    /// so the rotation that needs it does not wait for it.
+    pub(crate) fn prepare_next(&mut self, seq: u64) {
+        if !self.opts.prepare_in_background || self.spares.contains(&seq) || self.preparing.is_some() {
+            return;
         }
-        Ok(f)
+        let (st, name, len) =
+            (self.storage.clone(), segment_file_name(seq), u64::from(self.opts.segment_len_bytes));
+        let spawned =
+            std::thread::Builder::new().name("wal-prepare".into()).spawn(move || st.prepare_file(&name, len));
+        // If no thread can be started, the rotation prepares the segment itself.
+        if let Ok(h) = spawned {
+            self.preparing = Some((seq, h));
+        }
+    }
+
+    /// Waits for a background preparation; a prepared `seq` becomes a spare. A failed one is
+    /// forgotten: the rotation prepares the segment itself and reports its own error.
+    fn finish_preparing(&mut self, seq: Option<u64>) {
+        if let Some((s, h)) = self.preparing.take() {
+            let ok = matches!(h.join(), Ok(Ok(())));
+            if ok && Some(s) == seq {
+                self.spares.push(s);
+            }
+        }
     }
 
     fn run(&mut self, op: Op) -> std::io::Result<u64> {
@@ -744,6 +768,7 @@ impl Wal {
         self.check_writable(None)?;
         let r = self.seal_active().and_then(|()| self.record_close());
         self.closed = true;
+        self.finish_preparing(None);
         r
     }
 
@@ -751,6 +776,7 @@ impl Wal {
     /// batches stay in the page cache). For tests and demonstrations.
     pub fn abandon(mut self) {
         self.closed = true;
+        self.finish_preparing(None);
     }
 
     /// Removes whole sealed segments, from the oldest, whose entries all have LSN < `below`.
@@ -842,5 +868,7 @@ impl Drop for Wal {
         if !self.closed && self.poisoned.is_none() && !self.opts.read_only {
             let _ = self.close_inner();
         }
+        // Never leave a helper thread writing into the directory behind.
+        self.finish_preparing(None);
     }
 }

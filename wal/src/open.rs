@@ -170,11 +170,13 @@ impl Wal {
             durable_end: None,
             staged: Staged::default(),
             poisoned: None,
+            preparing: None,
             token: 0,
             closed: false,
             opts,
         };
         wal.durable_end = wal.written_end();
+        let resume = wal.segments.last().filter(|s| !s.sealed() && !wal.opts.read_only).map(|s| s.seq);
         // Continue in the last segment if it is not sealed.
         if !wal.opts.read_only {
             if let Some(last) = wal.segments.last() {
@@ -195,6 +197,9 @@ impl Wal {
                     });
                 }
             }
+        }
+        if let Some(seq) = resume {
+            wal.prepare_next(seq + 1);
         }
         Ok(wal)
     }

@@ -176,6 +176,27 @@ impl Storage for FileStorage {
         Ok(())
     }
 
+    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
+        let path = self.dir.join(name);
+        let r = (|| {
+            let f = OpenOptions::new().write(true).create_new(true).open(&path)?;
+            let zeros = vec![0u8; ZERO_CHUNK];
+            let mut at = 0u64;
+            while at < len {
+                let n = ((len - at) as usize).min(ZERO_CHUNK);
+                f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
+                at += n as u64;
+            }
+            f.sync_data()?;
+            File::open(&self.dir)?.sync_all()
+        })();
+        if r.is_err() {
+            let _ = std::fs::remove_file(&path);
+            let _ = File::open(&self.dir).and_then(|d| d.sync_all());
+        }
+        r
+    }
+
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
         let f = OpenOptions::new()
             .read(true)

@@ -275,7 +275,8 @@ impl MemStorage {
         lock(&self.inner.faults)
     }
 
-    /// Calls `f` with the state just before every sync (data or directory) takes effect.
+    /// Calls `f` with the state just before every sync (data or directory) takes effect. `f` runs
+    /// with the storage locked: it must not call back into it.
     pub fn set_sync_observer(&self, f: impl FnMut(CrashPoint) + Send + 'static) {
         *lock(&self.inner.observer) = Some(Box::new(f));
     }
@@ -293,9 +294,13 @@ impl MemStorage {
             *n += 1;
             *n - 1
         };
+        // The state stays locked while the observer runs: whatever else the observer reads (a
+        // test's "acknowledged so far") cannot move past the state it was handed, since a sync
+        // on another thread needs this lock to make anything durable.
+        let st = lock(&self.inner.state);
         let mut obs = lock(&self.inner.observer);
         if let Some(f) = obs.as_mut() {
-            f(CrashPoint { sync_index: idx, state: self.state() });
+            f(CrashPoint { sync_index: idx, state: st.clone() });
         }
     }
 
@@ -369,6 +374,12 @@ impl MemStorage {
         }
         nd.dirty.clear();
         Ok(0)
+    }
+
+    fn sync_names(&self) {
+        let mut st = lock(&self.inner.state);
+        st.durable_names = st.live_names.clone();
+        st.names_dirty = false;
     }
 
     fn zero_fill(&self, file: FileId, len: u64) -> io::Result<u64> {
@@ -462,9 +473,7 @@ impl Storage for MemStorage {
             Op::SyncData { file } => (self.sync_data(file), None),
             Op::SyncDir => {
                 self.observe_sync();
-                let mut st = lock(&self.inner.state);
-                st.durable_names = st.live_names.clone();
-                st.names_dirty = false;
+                self.sync_names();
                 (Ok(0), None)
             }
             Op::ZeroFill { file, len } => (self.zero_fill(file, len), None),
@@ -486,6 +495,21 @@ impl Storage for MemStorage {
             f.reordered += 1;
         }
         Ok(())
+    }
+
+    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
+        let f = self.open(name, true)?;
+        let r = self.zero_fill(f, len).and_then(|_| self.sync_data(f));
+        self.close(f);
+        let r = r.map(|_| {
+            self.observe_sync();
+            self.sync_names();
+        });
+        if r.is_err() {
+            let _ = self.remove(name);
+            self.sync_names();
+        }
+        r
     }
 
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {

@@ -122,6 +122,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Takes the directory lock: exclusive for a writer, shared for readers; fails at once
     /// with `WouldBlock` if held incompatibly.
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard>;
+    /// Creates `name` (it must not exist) as `len` zero bytes written for real, syncs it and the
+    /// directory, all before returning; on failure nothing of it stays. Synchronous and safe to
+    /// call from another thread than the writer's: it never touches the completion queue, which
+    /// is how the next segment is prepared in the background.
+    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()>;
 }
 
 /// Runs one operation to completion on the synchronous path: submits it, reaps until its token

@@ -272,4 +272,8 @@ impl Storage for UringStorage {
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
         self.files.lock(exclusive)
     }
+
+    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
+        self.files.prepare_file(name, len)
+    }
 }
