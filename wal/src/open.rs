@@ -24,26 +24,16 @@ fn uring(_: &Path, _: bool) -> std::io::Result<FileStorage> {
 
 impl Wal {
     /// Opens (or creates) the log in directory `dir` on real files, with the backend
-    /// `opts.backend` chooses.
+    /// `opts.backend` chooses (see [`Backend`] for why Auto is pwrite + fdatasync today).
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<(Wal, OpenReport)> {
         let create = opts.create && !opts.read_only && opts.recovery != RecoveryMode::Salvage;
         let dir = dir.as_ref();
         let ctx = || format!("opening {}", dir.display());
         let (storage, name): (Arc<dyn Storage>, &'static str) = match opts.backend {
-            Backend::Portable => {
+            Backend::Uring => (Arc::new(uring(dir, create).map_err(|e| Error::io(ctx(), e))?), "io_uring"),
+            Backend::Portable | Backend::Auto => {
                 (Arc::new(FileStorage::new(dir, create).map_err(|e| Error::io(ctx(), e))?), "portable")
             }
-            Backend::Uring => (Arc::new(uring(dir, create).map_err(|e| Error::io(ctx(), e))?), "io_uring"),
-            Backend::Auto => match uring(dir, create) {
-                Ok(u) => (Arc::new(u), "io_uring"),
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    static LOGGED: std::sync::Once = std::sync::Once::new();
-                    LOGGED
-                        .call_once(|| eprintln!("wal: io_uring unavailable ({e}); using pwrite + fdatasync"));
-                    (Arc::new(FileStorage::new(dir, create).map_err(|e| Error::io(ctx(), e))?), "portable")
-                }
-                Err(e) => return Err(Error::io(ctx(), e)),
-            },
         };
         let (wal, mut report) = Wal::open_with(storage, opts)?;
         report.backend = name;

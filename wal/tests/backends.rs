@@ -60,7 +60,7 @@ fn io_uring_writes_exactly_what_the_portable_backend_writes() {
         assert_eq!(na, nb);
         assert!(ba == bb, "{na} differs between the backends");
     }
-    let (log, rep) = Wal::open(&b, opts(Backend::Auto)).unwrap();
+    let (log, rep) = Wal::open(&b, opts(Backend::Uring)).unwrap();
     assert_eq!((rep.verdict, rep.backend), (CrcVerdict::Ok, "io_uring"));
     assert!(!log.replay().unwrap().collect_entries().unwrap().is_empty());
 }
