@@ -182,7 +182,7 @@ pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
 pub fn scan_log_with(
     storage: &dyn Storage,
     depth: Depth,
-    visit: &mut dyn FnMut(u64, &Rec<'_>),
+    visit: &mut impl FnMut(u64, &Rec<'_>),
 ) -> Result<LogScan> {
     let full = depth == Depth::Full;
     let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;

@@ -188,7 +188,7 @@ pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
 
 /// Outcome of decoding one record's bytes (no chain or logical checks).
 pub(crate) struct Decoded<'a> {
-    pub header: RecordHeader,
+    pub header: &'a RecordHeader,
     pub kind: Kind,
     pub payload: &'a [u8],
     pub total_len: usize,
@@ -208,7 +208,8 @@ pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'
     let Some(hb) = bytes.get(off..off + RECORD_HEADER_LEN) else {
         return Err(err(DamageKind::ShortAtEof, false, false, true));
     };
-    let Ok(header) = RecordHeader::read_from_bytes(hb) else {
+    // Borrowed in place (every field is unaligned-safe): no copy per record.
+    let Ok(header) = RecordHeader::ref_from_bytes(hb) else {
         return Err(err(DamageKind::ShortAtEof, false, false, true));
     };
     let actual = header.compute_header_crc();
@@ -778,7 +779,7 @@ pub fn read_footer_fast(bytes: &[u8], segment_len: u32) -> Option<(RecordHeader,
     if !is_zero(bytes.get(at + d.total_len..at + FOOTER_SLOT_LEN)?) {
         return None;
     }
-    Some((d.header, info))
+    Some((*d.header, info))
 }
 
 fn check_index(bytes: &[u8], index: &[IndexPoint], data_end: u64) -> Result<(), DamageKind> {
