@@ -11,10 +11,13 @@
 //!   tickets (DESIGN.md I3).
 //! - A failed write or sync fences the log (I6): every pending ticket resolves
 //!   [`Failure::Indeterminate`], every later append is refused, nothing is retried.
+//! - Disk full when a new segment is needed is not a fence: what was staged before it is
+//!   committed, the failing entry and everything queued after it (never written) resolve
+//!   [`Failure::Rejected`], the next LSN is the log's again, and the log stays usable.
 //!
-//! This step runs the synchronous path ([`Wal::flush`], [`Wal::sync`]: pwrite + fdatasync) on the
-//! thread; the io_uring backend, the written-then-durable second resolution, background segment
-//! preparation and the metrics are the rest of issue 3.
+//! The thread drives the synchronous path ([`Wal::flush`], [`Wal::sync`]) over either backend;
+//! overlapping the next batch's writes with a sync and the written-then-durable second
+//! resolution are the rest of issue 3.
 
 use crate::error::{Error, Result};
 use crate::log::Wal;
@@ -235,6 +238,31 @@ fn fence(shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>, why: Str
     close
 }
 
+/// Disk full at a rotation: the failed entry (`failed_bytes`) and every queued one were never
+/// written. Under the submit lock (no new LSN can be handed out meanwhile), every queued ticket
+/// resolves Rejected, the queue counters drop them, and the next LSN becomes the log's again.
+/// The log stays usable. Returns whether a close request was queued.
+fn withdraw_queue(wal: &Wal, shared: &Shared, rx: &Receiver<Req>, failed_bytes: usize, why: &str) -> bool {
+    let mut st = shared.lock();
+    let (mut entries, mut bytes, mut close) = (1usize, failed_bytes, false);
+    while let Ok(r) = rx.try_recv() {
+        match r {
+            Req::Append { payload, ticket, .. } => {
+                entries += 1;
+                bytes += payload.len();
+                ticket.resolve(Err(Failure::Rejected(format!("withdrawn after: {why}"))));
+            }
+            Req::Close => close = true,
+        }
+    }
+    st.queued_entries = st.queued_entries.saturating_sub(entries);
+    st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
+    st.next_lsn = wal.next_lsn().0;
+    drop(st);
+    shared.space.notify_all();
+    close
+}
+
 fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
     let max = shared.opts.max_batch_entries;
     let mut batch: Vec<Pending> = Vec::with_capacity(max);
@@ -262,6 +290,17 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
                                 let why =
                                     format!("internal: the log gave LSN {} where {lsn} was promised", got.0);
                                 closing |= fence(shared, rx, &mut batch, why);
+                            }
+                            Err(e @ Error::DiskFull { .. }) => {
+                                // Nothing of this entry was written: commit what the batch
+                                // holds, then withdraw this entry and everything queued after it.
+                                if !batch.is_empty() {
+                                    closing |= commit(&mut wal, shared, rx, &mut batch);
+                                }
+                                // Withdraw first: a caller woken by this ticket must find the
+                                // queue and the next LSN already reset.
+                                closing |= withdraw_queue(&wal, shared, rx, payload.len(), &e.to_string());
+                                ticket.resolve(Err(Failure::Rejected(e.to_string())));
                             }
                             Err(e) => {
                                 batch.push(Pending { lsn, bytes: payload.len(), durability, ticket });

@@ -23,6 +23,9 @@ use std::time::Duration;
 pub enum Failure {
     /// Logged or possibly logged: a failed write or sync, a fenced log, a close.
     Indeterminate(String),
+    /// Never written and never will be (the disk was full when its segment was needed): the
+    /// entry consumed nothing and its LSN is given to a later entry.
+    Rejected(String),
 }
 
 #[derive(Debug, Default)]

@@ -153,3 +153,30 @@ fn a_full_queue_answers_busy_when_asked_not_to_wait() {
     assert_eq!(b.wait(), Ok(Lsn(2)), "the refused append consumed an LSN");
     log.close().unwrap();
 }
+
+#[test]
+fn disk_full_rejects_what_was_never_written_and_the_log_stays_usable() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    // Room for the first segment and wal.meta only: the first rotation cannot get a segment.
+    st.faults().capacity_bytes = Some(64 * 1024 + 4096);
+    let mut durable = Vec::new();
+    let rejected = loop {
+        let t = log.append(Epoch(0), vec![7; 500], Durability::Durable).unwrap();
+        match t.wait() {
+            Ok(lsn) => durable.push(lsn.0),
+            Err(f) => break f,
+        }
+        assert!(durable.len() < 1000, "never ran out of space");
+    };
+    assert!(matches!(rejected, Failure::Rejected(_)), "{rejected:?}");
+    // Not fenced: with space again, appends carry on at the next LSN.
+    st.faults().capacity_bytes = None;
+    let next = log.append(Epoch(0), b"after".to_vec(), Durability::Durable).unwrap().wait().unwrap();
+    assert_eq!(next.0, durable.len() as u64 + 1, "the rejected entry's LSN was not given again");
+    log.close().unwrap();
+    let got = reopen(&st);
+    assert_eq!(got.len(), durable.len() + 1);
+    assert!(got.iter().enumerate().all(|(i, e)| e.0 == i as u64 + 1), "LSNs are dense");
+    assert_eq!(got.last().unwrap().1, b"after".to_vec());
+}
