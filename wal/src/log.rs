@@ -429,7 +429,8 @@ impl Wal {
                 self.open_frame();
             }
             let a = self.active.as_ref().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
-            let limit = footer_offset(self.segment_len_of(a.seq)) as u64;
+            // The segment's own length (its header), which a reopened log may have set differently.
+            let limit = footer_offset(a.header.segment_len.get()) as u64;
             let used = a.write_off + self.staged.buf.len() as u64;
             if used + need as u64 <= limit {
                 return Ok(());
@@ -441,10 +442,6 @@ impl Wal {
             self.seal_active()?;
         }
         Err(Error::TooLarge { len: need as u64, max: self.max_payload.into() })
-    }
-
-    fn segment_len_of(&self, _seq: u64) -> u32 {
-        self.opts.segment_len_bytes
     }
 
     fn open_frame(&mut self) {
@@ -699,7 +696,7 @@ impl Wal {
         let Some(a) = self.active.as_ref() else {
             return Ok(());
         };
-        let (file, seq, index) = (a.file, a.seq, a.index.clone());
+        let (file, seq, index, header_len) = (a.file, a.seq, a.index.clone(), a.header.segment_len.get());
         let Some(info) = self.segments.last().filter(|s| s.seq == seq) else {
             // Nothing was ever written into it: leave it as a spare.
             if let Some(a) = self.active.take() {
@@ -727,7 +724,7 @@ impl Wal {
         let h = batch::header(Kind::Footer, 0, payload.len(), self.logical.next_lsn, self.logical.epoch);
         let mut rec = Vec::with_capacity(record_len(payload.len()));
         let footer_crc = batch::encode_record(h, self.next_seq, self.last_crc, &payload, &mut rec);
-        let at = footer_offset(self.opts.segment_len_bytes) as u64;
+        let at = footer_offset(header_len) as u64;
         let r =
             self.run(Op::Write { file, offset: at, data: rec }).and_then(|_| self.run(Op::SyncData { file }));
         if let Err(e) = r {

@@ -240,3 +240,29 @@ fn oversized_payloads_and_bad_options_are_rejected() {
     let bad = Options { segment_len_bytes: 1000, ..opts() };
     assert!(matches!(Wal::open_with(Arc::new(MemStorage::new()), bad), Err(Error::InvalidArgument(_))));
 }
+
+/// Regression: a log reopened with another segment size continues its unsealed segment at that
+/// segment's own length (from its header), not the new option's; only new segments get the new size.
+#[test]
+fn reopening_with_another_segment_size_keeps_each_segments_own_length() {
+    let st = MemStorage::new();
+    let (mut log, _) = Wal::open_with(Arc::new(st.clone()), opts()).unwrap();
+    for i in 0..50 {
+        log.append(Epoch(0), &payload(i, 300)).unwrap();
+    }
+    log.sync().unwrap();
+    log.abandon(); // the 64 KiB segment stays unsealed
+    let bigger = Options { segment_len_bytes: 4 * SEG, ..opts() };
+    let (mut log, _) = Wal::open_with(Arc::new(st.clone()), bigger.clone()).unwrap();
+    for i in 50..600 {
+        log.append(Epoch(0), &payload(i, 300)).unwrap();
+    }
+    log.close().unwrap();
+    let scan = wal::scan_log(&st, true).unwrap();
+    assert_eq!(scan.verdict, CrcVerdict::Ok, "{:?}", scan.damage);
+    assert_eq!(scan.segments[0].header.segment_len.get(), SEG);
+    assert!(scan.segments.len() >= 2);
+    assert_eq!(scan.segments[1].header.segment_len.get(), 4 * SEG);
+    let (log, _) = Wal::open_with(Arc::new(st), bigger).unwrap();
+    assert_eq!(log.replay().unwrap().collect_entries().unwrap().len(), 600);
+}
