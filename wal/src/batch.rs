@@ -46,27 +46,26 @@ pub(crate) fn encode_record(
 
 /// Sets sequence, chain links and checksums of a staged batch. Returns the next sequence and the
 /// last checksum.
+/// Where a staged batch's frame is and what it says.
+pub(crate) struct Frame {
+    /// Offset of the frame in the staged buffer (after a segment header, if one leads it).
+    pub at: usize,
+    /// Next LSN and writer epoch when the batch opened.
+    pub lsn: u64,
+    pub epoch: u64,
+    /// Records staged after the frame (counted while staging, not by walking the buffer).
+    pub records: u32,
+}
+
 pub(crate) fn seal_batch(
     buf: &mut [u8],
-    frame_at: usize,
-    frame_lsn: u64,
-    frame_epoch: u64,
+    frame: &Frame,
     mut seq: u64,
     mut prev: u32,
     durable_seq: u64,
 ) -> (u64, u32) {
+    let (frame_at, frame_lsn, frame_epoch, count) = (frame.at, frame.lsn, frame.epoch, frame.records);
     let frame_end = frame_at + FRAME_LEN;
-    let count = {
-        let mut n = 0u32;
-        let mut off = frame_end;
-        while off + RECORD_HEADER_LEN <= buf.len() {
-            let len = RecordHeader::read_from_bytes(&buf[off..off + RECORD_HEADER_LEN])
-                .map_or(0, |h| h.payload_len.get());
-            off += record_len(len as usize);
-            n += 1;
-        }
-        n
-    };
     let fp = FramePayload {
         durable_seq: U64::new(durable_seq),
         record_count: U32::new(count),
@@ -76,23 +75,25 @@ pub(crate) fn seal_batch(
     let fh = header(Kind::Frame, 0, FRAME_PAYLOAD_LEN, frame_lsn, frame_epoch);
     buf[frame_at..frame_at + RECORD_HEADER_LEN].copy_from_slice(fh.as_bytes());
     buf[frame_at + RECORD_HEADER_LEN..frame_end].copy_from_slice(fp.as_bytes());
+    let first_seq = seq;
     let mut off = frame_at;
     while off + RECORD_HEADER_LEN <= buf.len() {
-        let (head, rest) = buf[off..].split_at_mut(RECORD_HEADER_LEN);
-        let mut h = match RecordHeader::read_from_bytes(head) {
-            Ok(h) => h,
-            Err(_) => break,
-        };
+        let Ok(mut h) = RecordHeader::read_from_bytes(&buf[off..off + RECORD_HEADER_LEN]) else { break };
         let plen = h.payload_len.get() as usize;
         h.seq = U64::new(seq);
         h.prev_crc = U32::new(prev);
         h.header_crc = U32::new(h.compute_header_crc());
-        h.crc = U32::new(h.compute_crc(&rest[..plen]));
-        head.copy_from_slice(h.as_bytes());
-        prev = h.crc.get();
+        buf[off..off + RECORD_HEADER_LEN].copy_from_slice(h.as_bytes());
+        // Header (from byte 4) and payload are contiguous: one checksum call, as the reader does.
+        let crc = crc32c::crc32c(&buf[off + 4..off + RECORD_HEADER_LEN + plen]);
+        buf[off..off + 4].copy_from_slice(&crc.to_le_bytes());
+        prev = crc;
         seq += 1;
         off += record_len(plen);
     }
+    // Pair assertion: the buffer holds exactly the frame and the records staging counted.
+    debug_assert_eq!(seq - first_seq, u64::from(count) + 1, "staged record count disagrees with the buffer");
+    debug_assert_eq!(off, buf.len());
     (seq, prev)
 }
 

@@ -6,7 +6,7 @@
 //! runs a real fdatasync whenever unsynced bytes exist. A failed write or sync poisons the handle
 //! (DESIGN.md I6); disk full withdraws the unsynced batch and leaves the log usable.
 
-use crate::batch::{self, merge_counts, seal_batch, FRAME_LEN};
+use crate::batch::{self, merge_counts, seal_batch, Frame, FRAME_LEN};
 use crate::error::{CrcVerdict, Damage, Error, Result};
 use crate::format::*;
 
@@ -395,7 +395,7 @@ impl Wal {
         self.reserve(record_len(payload.len()))?;
         let lsn = self.logical.next_lsn;
         self.stage(Kind::Meta, 0, lsn, &payload);
-        self.logical.meta.insert(key, value.to_vec());
+        std::sync::Arc::make_mut(&mut self.logical.meta).insert(key, value.to_vec());
         Ok(())
     }
 
@@ -571,15 +571,13 @@ impl Wal {
         let frame_at = self.staged.frame_at;
         // A segment's first record links to the segment's chain seed, not to the previous record.
         let prev = if write_off == 0 { header.chain_seed() } else { self.last_crc };
-        let (seq_after, crc_after) = seal_batch(
-            &mut buf,
-            frame_at,
-            self.staged.frame_lsn,
-            self.staged.frame_epoch,
-            self.next_seq,
-            prev,
-            self.durable_seq,
-        );
+        let frame = Frame {
+            at: frame_at,
+            lsn: self.staged.frame_lsn,
+            epoch: self.staged.frame_epoch,
+            records: self.staged.records,
+        };
+        let (seq_after, crc_after) = seal_batch(&mut buf, &frame, self.next_seq, prev, self.durable_seq);
         let len = buf.len() as u64;
         self.token += 1;
         let returned = match storage::complete(

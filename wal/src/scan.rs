@@ -23,7 +23,9 @@ pub struct Logical {
     /// The writer epoch in force.
     pub epoch: u64,
     /// Metadata values by key.
-    pub meta: BTreeMap<u32, Vec<u8>>,
+    /// Shared copy-on-write: the writer snapshots this state at every flush and sync, and the
+    /// map only changes on a metadata record.
+    pub meta: std::sync::Arc<BTreeMap<u32, Vec<u8>>>,
 }
 
 /// One valid record, borrowed from the segment's bytes.
@@ -348,8 +350,12 @@ impl Walker {
         w.prev_crc = d.header.prev_crc.get();
         w.first_batch = false;
         w.full = false;
-        w.logical =
-            Some(Logical { next_lsn, first_lsn: None, epoch: d.header.epoch.get(), meta: BTreeMap::new() });
+        w.logical = Some(Logical {
+            next_lsn,
+            first_lsn: None,
+            epoch: d.header.epoch.get(),
+            meta: Default::default(),
+        });
         Some(w)
     }
 
@@ -656,7 +662,7 @@ impl Walker {
                 if !l.meta.contains_key(&key) && l.meta.len() >= MAX_META_KEYS {
                     return Err(DamageKind::BadState("too many metadata keys"));
                 }
-                l.meta.insert(key, value.to_vec());
+                std::sync::Arc::make_mut(&mut l.meta).insert(key, value.to_vec());
             }
             Kind::Frame | Kind::Footer | Kind::State => {
                 let _ = off;
@@ -857,7 +863,7 @@ fn parse_state(payload: &[u8]) -> Result<Logical, DamageKind> {
         next_lsn: s.next_lsn.get(),
         first_lsn: (s.has_entries == 1).then(|| s.first_lsn.get()),
         epoch: 0,
-        meta,
+        meta: meta.into(),
     })
 }
 
@@ -872,7 +878,7 @@ pub(crate) fn encode_state(l: &Logical, out: &mut Vec<u8>) {
         meta_count: (l.meta.len() as u32).into(),
     };
     out.extend_from_slice(s.as_bytes());
-    for (k, v) in &l.meta {
+    for (k, v) in l.meta.iter() {
         out.extend_from_slice(&k.to_le_bytes());
         out.extend_from_slice(&(v.len() as u32).to_le_bytes());
         out.extend_from_slice(v);
