@@ -65,6 +65,26 @@ pub struct LogScan {
     pub records_walked: u64,
 }
 
+impl LogScan {
+    /// Takes a walked segment's end as the log's end so far and records the segment.
+    fn absorb_walk(&mut self, seq: u64, header: SegmentHeader, w: &mut Walker) {
+        self.next_seq = w.expect_seq;
+        self.last_crc = w.prev_crc;
+        self.durable_seq = self.durable_seq.max(w.durable_seq);
+        if let Some(f) = &w.footer {
+            self.durable_seq = self.durable_seq.max(f.seq);
+        }
+        let counts = std::mem::take(&mut w.counts);
+        self.segments.push(SegmentInfo {
+            seq,
+            header,
+            footer: w.footer.take(),
+            counts,
+            data_end: w.data_end,
+        });
+    }
+}
+
 pub(crate) fn read_meta(storage: &dyn Storage) -> Result<std::result::Result<MetaFile, DamageKind>> {
     let f = storage.open(META_FILE_NAME, false).map_err(|e| Error::io("opening wal.meta", e))?;
     let mut buf = [0u8; META_FILE_LEN + 1];
@@ -357,16 +377,7 @@ pub fn scan_log_with(
         if let Some(r) = damage {
             out.damage = Some(classified(&bytes, seq, &r, later));
             // The valid prefix of this segment is still the log's end (salvage reads it).
-            out.next_seq = w.expect_seq;
-            out.last_crc = w.prev_crc;
-            out.durable_seq = out.durable_seq.max(w.durable_seq);
-            out.segments.push(SegmentInfo {
-                seq,
-                header,
-                footer: None,
-                counts: w.counts.clone(),
-                data_end: w.data_end,
-            });
+            out.absorb_walk(seq, header, &mut w);
             out.logical = w.logical;
             break;
         }
@@ -391,21 +402,9 @@ pub fn scan_log_with(
             ));
             break;
         }
-        out.next_seq = w.expect_seq;
-        out.last_crc = w.prev_crc;
-        out.durable_seq = out.durable_seq.max(w.durable_seq);
-        if let Some(f) = &w.footer {
-            out.durable_seq = out.durable_seq.max(f.seq);
-        }
         logical = w.logical.clone();
         lsn_here = logical.as_ref().map_or(lsn_here, |l| l.next_lsn);
-        out.segments.push(SegmentInfo {
-            seq,
-            header,
-            footer: w.footer.take(),
-            counts: w.counts.clone(),
-            data_end: w.data_end,
-        });
+        out.absorb_walk(seq, header, &mut w);
     }
     if out.logical.is_none() {
         out.logical = logical;
