@@ -202,6 +202,11 @@ pub enum Error {
     ReadOnly,
     /// The I/O thread's queue is full and the caller asked not to wait.
     Busy,
+    /// A snapshot file is damaged or does not rebuild the state it records.
+    BadSnapshot { name: String, what: String },
+    /// A snapshot or checkpoint names a format, digest or state-machine version this build does
+    /// not know.
+    Unsupported(String),
 }
 
 impl Error {
@@ -252,6 +257,8 @@ impl fmt::Display for Error {
             Error::NotFound(w) => write!(f, "no log: {w}"),
             Error::ReadOnly => write!(f, "the log was opened read-only or is closing"),
             Error::Busy => write!(f, "rejected: the queue is full"),
+            Error::BadSnapshot { name, what } => write!(f, "snapshot {name} is unusable: {what}"),
+            Error::Unsupported(w) => write!(f, "unsupported version: {w}"),
         }
     }
 }

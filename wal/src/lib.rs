@@ -33,6 +33,7 @@ mod open;
 pub mod recovery;
 pub mod replay;
 pub mod scan;
+pub mod state;
 pub mod storage;
 pub mod ticket;
 

@@ -205,6 +205,11 @@ impl Wal {
         l.first_lsn.map(|_| Lsn(l.next_lsn - 1))
     }
 
+    /// The log's random identity (in every segment header and snapshot).
+    pub fn log_id(&self) -> [u8; 16] {
+        self.meta.log_id
+    }
+
     pub fn epoch(&self) -> Epoch {
         Epoch(self.logical.epoch)
     }
@@ -399,11 +404,15 @@ impl Wal {
         Ok(())
     }
 
-    /// Records the online state digest after applying every entry up to `lsn`.
+    /// Records the online state digest after applying every live entry with LSN ≤ `lsn` (an
+    /// LSN already given to an entry).
     pub fn checkpoint(&mut self, epoch: Epoch, lsn: Lsn, cp: &Checkpoint) -> Result<()> {
         self.check_writable(Some(epoch))?;
-        if lsn.0 > self.logical.next_lsn {
-            return Err(Error::InvalidArgument(format!("checkpoint at {} is past the log's end", lsn.0)));
+        if lsn.0 >= self.logical.next_lsn {
+            return Err(Error::InvalidArgument(format!(
+                "checkpoint at {} covers an entry the log has not taken (next LSN {})",
+                lsn.0, self.logical.next_lsn
+            )));
         }
         let p = CheckpointPayload {
             digest: cp.digest,
