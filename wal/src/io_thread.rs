@@ -21,7 +21,8 @@
 
 use crate::error::{Error, Result};
 use crate::log::Wal;
-use crate::ticket::{Failure, Inner, Ticket};
+use crate::log::{Checkpoint, PurgeReport};
+use crate::ticket::{Failure, Inner, Notify, Ticket};
 use crate::{Epoch, Lsn};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -90,8 +91,48 @@ impl Shared {
     }
 }
 
+/// What one append carries: one entry, or a user batch (an atomic group such as a job array)
+/// that takes consecutive LSNs and survives a crash whole or not at all.
+#[derive(Debug)]
+pub enum Payload {
+    One(Vec<u8>),
+    Group(Vec<Vec<u8>>),
+}
+
+impl Payload {
+    fn entries(&self) -> usize {
+        match self {
+            Payload::One(_) => 1,
+            Payload::Group(g) => g.len(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Payload::One(p) => p.len(),
+            Payload::Group(g) => g.iter().map(Vec::len).sum(),
+        }
+    }
+}
+
 enum Req {
-    Append { lsn: u64, epoch: u64, payload: Vec<u8>, durability: Durability, ticket: Arc<Inner> },
+    Append {
+        lsn: u64,
+        epoch: u64,
+        payload: Payload,
+        durability: Durability,
+        ticket: Arc<Inner>,
+    },
+    /// A checkpoint record, staged with the next batch (made durable by its sync).
+    Checkpoint {
+        lsn: u64,
+        cp: Checkpoint,
+    },
+    /// A prefix purge, run between batches; the result goes back on `reply`.
+    Purge {
+        below: Lsn,
+        reply: Sender<Result<PurgeReport>>,
+    },
     Close,
 }
 
@@ -142,9 +183,30 @@ impl AsyncWal {
     /// Enqueues one entry and returns its ticket at once (or waits for queue space, if chosen).
     /// Errors are Rejected: nothing was enqueued and no LSN was consumed.
     pub fn append(&self, epoch: Epoch, payload: Vec<u8>, durability: Durability) -> Result<Ticket> {
-        let len = payload.len();
-        if len > self.shared.max_payload {
-            return Err(Error::TooLarge { len: len as u64, max: self.shared.max_payload as u64 });
+        self.append_with(epoch, Payload::One(payload), durability, None)
+    }
+
+    /// [`AsyncWal::append`] for one entry or a user batch, optionally also delivering the
+    /// outcome to a completion channel. A group's ticket carries its first LSN and resolves when
+    /// the whole group does.
+    pub fn append_with(
+        &self,
+        epoch: Epoch,
+        payload: Payload,
+        durability: Durability,
+        notify: Option<Notify>,
+    ) -> Result<Ticket> {
+        let (count, len) = (payload.entries(), payload.bytes());
+        if count == 0 {
+            return Err(Error::InvalidArgument("empty batch".into()));
+        }
+        let max = self.shared.max_payload;
+        let largest = match &payload {
+            Payload::One(p) => p.len(),
+            Payload::Group(g) => g.iter().map(Vec::len).max().unwrap_or(0),
+        };
+        if largest > max {
+            return Err(Error::TooLarge { len: largest as u64, max: max as u64 });
         }
         let opts = &self.shared.opts;
         let mut st = self.shared.lock();
@@ -172,16 +234,60 @@ impl AsyncWal {
             st = self.shared.space.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         let lsn = st.next_lsn;
-        let ticket = Ticket::new(Lsn(lsn));
+        let ticket = Ticket::new(Lsn(lsn), notify);
         let req = Req::Append { lsn, epoch: epoch.0, payload, durability, ticket: ticket.inner.clone() };
         // Sent under the lock: the queue order is the LSN order.
         if self.tx.send(req).is_err() {
             return Err(Error::Poisoned { cause: "the I/O thread has stopped".into() });
         }
-        st.next_lsn += 1;
-        st.queued_entries += 1;
+        st.next_lsn += count as u64;
+        st.queued_entries += count;
         st.queued_bytes += len;
         Ok(ticket)
+    }
+
+    /// Records a checkpoint for `lsn` (an LSN already handed out) with the next batch. It is
+    /// durable with that batch's sync; a fenced or closed log drops it (a checkpoint is an
+    /// extra check, never needed to recover).
+    pub fn checkpoint(&self, lsn: Lsn, cp: Checkpoint) -> Result<()> {
+        let st = self.shared.lock();
+        if let Some(cause) = &st.fenced {
+            return Err(Error::Poisoned { cause: cause.clone() });
+        }
+        if lsn.0 >= st.next_lsn {
+            return Err(Error::InvalidArgument(format!(
+                "checkpoint at {lsn} covers an entry the log has not taken (next LSN {})",
+                st.next_lsn
+            )));
+        }
+        self.tx
+            .send(Req::Checkpoint { lsn: lsn.0, cp })
+            .map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })
+    }
+
+    /// Purges whole segments below `below` on the I/O thread (between batches) and waits for
+    /// the result. See [`Wal::purge_before`].
+    pub fn purge_before(&self, below: Lsn) -> Result<PurgeReport> {
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        self.tx
+            .send(Req::Purge { below, reply })
+            .map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?;
+        rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
+    }
+
+    /// The next LSN an append will take.
+    pub fn next_lsn(&self) -> Lsn {
+        Lsn(self.shared.lock().next_lsn)
+    }
+
+    /// The writer epoch appends must carry.
+    pub fn epoch(&self) -> Epoch {
+        Epoch(self.shared.lock().epoch)
+    }
+
+    /// Why the log is fenced, if it is.
+    pub fn fenced(&self) -> Option<String> {
+        self.shared.lock().fenced.clone()
     }
 
     /// Counters and histograms of the I/O thread (appends, bytes, batches, entries per batch,
@@ -215,6 +321,7 @@ impl Drop for AsyncWal {
 
 struct Pending {
     lsn: u64,
+    entries: usize,
     bytes: usize,
     durability: Durability,
     ticket: Arc<Inner>,
@@ -232,6 +339,10 @@ fn fence(shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>, why: Str
     while let Ok(r) = rx.try_recv() {
         match r {
             Req::Append { ticket, .. } => ticket.resolve(Err(Failure::Indeterminate(why.clone()))),
+            Req::Checkpoint { .. } => {}
+            Req::Purge { reply, .. } => {
+                let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
+            }
             Req::Close => close = true,
         }
     }
@@ -242,15 +353,22 @@ fn fence(shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>, why: Str
 /// written. Under the submit lock (no new LSN can be handed out meanwhile), every queued ticket
 /// resolves Rejected, the queue counters drop them, and the next LSN becomes the log's again.
 /// The log stays usable. Returns whether a close request was queued.
-fn withdraw_queue(wal: &Wal, shared: &Shared, rx: &Receiver<Req>, failed_bytes: usize, why: &str) -> bool {
+fn withdraw_queue(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, failed: &Payload, why: &str) -> bool {
     let mut st = shared.lock();
-    let (mut entries, mut bytes, mut close) = (1usize, failed_bytes, false);
+    let (mut entries, mut bytes, mut close) = (failed.entries(), failed.bytes(), false);
     while let Ok(r) = rx.try_recv() {
         match r {
             Req::Append { payload, ticket, .. } => {
-                entries += 1;
-                bytes += payload.len();
+                entries += payload.entries();
+                bytes += payload.bytes();
                 ticket.resolve(Err(Failure::Rejected(format!("withdrawn after: {why}"))));
+            }
+            // Its LSN was applied before; it still belongs with the next batch.
+            Req::Checkpoint { lsn, cp } => {
+                let _ = wal.checkpoint(wal.epoch(), Lsn(lsn), &cp);
+            }
+            Req::Purge { below, reply } => {
+                let _ = reply.send(wal.purge_before(below));
             }
             Req::Close => close = true,
         }
@@ -267,6 +385,8 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
     let max = shared.opts.max_batch_entries;
     let mut batch: Vec<Pending> = Vec::with_capacity(max);
     let mut closing = false;
+    // A checkpoint was staged without entries: it still gets its write and sync.
+    let mut staged_alone = false;
     while !closing {
         let Ok(first) = rx.recv() else { break };
         let mut next = Some(first);
@@ -276,17 +396,40 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
                     closing = true;
                     break;
                 }
+                Req::Checkpoint { lsn, cp } => {
+                    if shared.lock().fenced.is_none() {
+                        match wal.checkpoint(wal.epoch(), Lsn(lsn), &cp) {
+                            Ok(()) => staged_alone = true,
+                            Err(e) => closing |= fence(shared, rx, &mut batch, e.to_string()),
+                        }
+                    }
+                }
+                Req::Purge { below, reply } => {
+                    // Between batches: what is staged goes out first.
+                    if !batch.is_empty() {
+                        closing |= commit(&mut wal, shared, rx, &mut batch);
+                    }
+                    let _ = reply.send(wal.purge_before(below));
+                }
                 Req::Append { lsn, epoch, payload, durability, ticket } => {
                     let fenced = shared.lock().fenced.clone();
                     if let Some(why) = fenced {
                         ticket.resolve(Err(Failure::Indeterminate(why)));
                     } else {
-                        match wal.append(Epoch(epoch), &payload) {
+                        let (entries, bytes) = (payload.entries(), payload.bytes());
+                        let appended = match &payload {
+                            Payload::One(p) => wal.append(Epoch(epoch), p),
+                            Payload::Group(g) => {
+                                let refs: Vec<&[u8]> = g.iter().map(Vec::as_slice).collect();
+                                wal.append_batch(Epoch(epoch), &refs)
+                            }
+                        };
+                        match appended {
                             Ok(got) if got.0 == lsn => {
-                                batch.push(Pending { lsn, bytes: payload.len(), durability, ticket });
+                                batch.push(Pending { lsn, entries, bytes, durability, ticket });
                             }
                             Ok(got) => {
-                                batch.push(Pending { lsn, bytes: payload.len(), durability, ticket });
+                                batch.push(Pending { lsn, entries, bytes, durability, ticket });
                                 let why =
                                     format!("internal: the log gave LSN {} where {lsn} was promised", got.0);
                                 closing |= fence(shared, rx, &mut batch, why);
@@ -299,11 +442,11 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
                                 }
                                 // Withdraw first: a caller woken by this ticket must find the
                                 // queue and the next LSN already reset.
-                                closing |= withdraw_queue(&wal, shared, rx, payload.len(), &e.to_string());
+                                closing |= withdraw_queue(&mut wal, shared, rx, &payload, &e.to_string());
                                 ticket.resolve(Err(Failure::Rejected(e.to_string())));
                             }
                             Err(e) => {
-                                batch.push(Pending { lsn, bytes: payload.len(), durability, ticket });
+                                batch.push(Pending { lsn, entries, bytes, durability, ticket });
                                 closing |= fence(shared, rx, &mut batch, e.to_string());
                             }
                         }
@@ -314,7 +457,7 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
                 next = rx.try_recv().ok();
             }
         }
-        if !batch.is_empty() {
+        if !batch.is_empty() || std::mem::take(&mut staged_alone) {
             closing |= commit(&mut wal, shared, rx, &mut batch);
         }
     }
@@ -329,7 +472,8 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
 /// One write and one fdatasync for the whole batch; tickets resolve in that order. Returns
 /// whether a fence met a close request.
 fn commit(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>) -> bool {
-    let (entries, bytes) = (batch.len(), batch.iter().map(|p| p.bytes).sum::<usize>());
+    let entries = batch.iter().map(|p| p.entries).sum::<usize>();
+    let bytes = batch.iter().map(|p| p.bytes).sum::<usize>();
     let release = |shared: &Shared| {
         let mut st = shared.lock();
         st.queued_entries -= entries;

@@ -30,6 +30,7 @@ pub mod lifecycle;
 mod log;
 pub mod metrics;
 mod open;
+pub mod pipeline;
 pub mod recovery;
 pub mod replay;
 pub mod scan;
@@ -38,11 +39,11 @@ pub mod storage;
 pub mod ticket;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
-pub use io_thread::{AsyncOptions, AsyncWal, Durability, WhenFull};
+pub use io_thread::{AsyncOptions, AsyncWal, Durability, Payload, WhenFull};
 pub use log::{Backend, Checkpoint, OpenReport, Options, PurgeReport, Wal};
 pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
 pub use replay::{Bound, Item, ItemKind, Replay};
-pub use ticket::{Failure, Ticket};
+pub use ticket::{Completion, Failure, Notify, Ticket};
 
 /// A log sequence number: an entry's position as the log's users see it (the Raft index in
 /// replicated mode). Truncation can reuse an LSN; the record sequence behind it never repeats.

@@ -205,6 +205,12 @@ impl Wal {
         l.first_lsn.map(|_| Lsn(l.next_lsn - 1))
     }
 
+    /// Whether segments were ever purged from the front of the log (the purge floor is past the
+    /// first segment): replay from here alone no longer sees the log's whole history.
+    pub fn prefix_purged(&self) -> bool {
+        self.meta.floor_segment_seq.get() > 1
+    }
+
     /// The log's random identity (in every segment header and snapshot).
     pub fn log_id(&self) -> [u8; 16] {
         self.meta.log_id

@@ -34,10 +34,31 @@ struct State {
     waker: Option<Waker>,
 }
 
+/// One resolved ticket, as a completion channel delivers it (see [`Notify`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The caller's tag given with the append.
+    pub tag: u64,
+    /// The LSN the entry was given at submission (the first one of a group).
+    pub lsn: Lsn,
+    pub outcome: Result<Lsn, Failure>,
+}
+
+/// Where to deliver a ticket's outcome besides the ticket itself: an event loop collects many
+/// tickets through one channel. The I/O thread only sends on the (unbounded) channel; it never
+/// runs caller code.
+#[derive(Clone, Debug)]
+pub struct Notify {
+    pub tx: crossbeam_channel::Sender<Completion>,
+    pub tag: u64,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
     state: Mutex<State>,
     done: Condvar,
+    notify: Option<Notify>,
+    lsn: Lsn,
 }
 
 impl Inner {
@@ -52,12 +73,16 @@ impl Inner {
             if st.outcome.is_some() {
                 return;
             }
-            st.outcome = Some(outcome);
+            st.outcome = Some(outcome.clone());
             st.waker.take()
         };
         self.done.notify_all();
         if let Some(w) = waker {
             w.wake();
+        }
+        if let Some(n) = &self.notify {
+            // A receiver that went away no longer wants completions; the ticket still holds it.
+            let _ = n.tx.send(Completion { tag: n.tag, lsn: self.lsn, outcome });
         }
     }
 }
@@ -71,8 +96,8 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    pub(crate) fn new(lsn: Lsn) -> Ticket {
-        Ticket { inner: Arc::new(Inner::default()), lsn }
+    pub(crate) fn new(lsn: Lsn, notify: Option<Notify>) -> Ticket {
+        Ticket { inner: Arc::new(Inner { notify, lsn, ..Inner::default() }), lsn }
     }
 
     /// The outcome if it is known, without blocking.
@@ -127,7 +152,7 @@ mod loom_tests {
     #[test]
     fn wait_sees_a_resolution_from_another_thread() {
         loom::model(|| {
-            let t = Ticket::new(Lsn(7));
+            let t = Ticket::new(Lsn(7), None);
             let inner = t.inner.clone();
             let h = loom::thread::spawn(move || inner.resolve(Ok(Lsn(7))));
             assert_eq!(t.wait(), Ok(Lsn(7)));
@@ -139,7 +164,7 @@ mod loom_tests {
     #[test]
     fn the_first_resolution_is_the_only_one() {
         loom::model(|| {
-            let t = Ticket::new(Lsn(1));
+            let t = Ticket::new(Lsn(1), None);
             let (a, b) = (t.inner.clone(), t.inner.clone());
             let h1 = loom::thread::spawn(move || a.resolve(Ok(Lsn(1))));
             let h2 = loom::thread::spawn(move || b.resolve(Err(Failure::Indeterminate("fenced".into()))));
@@ -155,7 +180,7 @@ mod loom_tests {
     #[test]
     fn an_awaiting_future_is_woken() {
         loom::model(|| {
-            let t = Ticket::new(Lsn(3));
+            let t = Ticket::new(Lsn(3), None);
             let inner = t.inner.clone();
             let h = loom::thread::spawn(move || inner.resolve(Ok(Lsn(3))));
             assert_eq!(loom::future::block_on(t), Ok(Lsn(3)));

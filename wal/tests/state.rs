@@ -1,84 +1,15 @@
 //! The apply seam, the replay-and-compare core and snapshots (issue 4, DESIGN.md I1, I2, I8),
 //! with a small key-value state machine.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+mod common;
+
+use common::kv::{Kv, SKEW, SKEW_LOCK};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wal::state::snapshot::{self, list_snapshots, read_snapshot, write_snapshot};
-use wal::state::{
-    Applied, Applier, Committed, EntryKind, Envelope, Fate, Outcome, Replayer, SetDigest, StateMachine,
-};
+use wal::state::{Applied, Applier, EntryKind, Envelope, Fate, Outcome, Replayer};
 use wal::storage::MemStorage;
 use wal::{Epoch, Error, Lsn, Options, Wal};
-
-/// `put k v` / `del k`; deleting a missing key is a domain refusal.
-#[derive(Debug, Default)]
-struct Kv {
-    map: BTreeMap<String, String>,
-    digest: SetDigest,
-}
-
-/// Makes `Kv` non-deterministic on purpose (for the DIVERGENT tests); one flag per test binary,
-/// so the tests that set it take a lock.
-static SKEW: AtomicBool = AtomicBool::new(false);
-static SKEW_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn canon(k: &str, v: &str) -> Vec<u8> {
-    [k.as_bytes(), b"\0", v.as_bytes()].concat()
-}
-
-impl StateMachine for Kv {
-    const VERSION: u32 = 3;
-
-    fn apply(&mut self, e: &Committed<'_>) -> Outcome {
-        let text = std::str::from_utf8(e.body).unwrap_or("");
-        let mut parts = text.splitn(3, ' ');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some("put"), Some(k), Some(v)) => {
-                let mut v = v.to_string();
-                if SKEW.load(Ordering::Relaxed) {
-                    v.push('!');
-                }
-                if let Some(old) = self.map.insert(k.to_string(), v.clone()) {
-                    self.digest.remove(&canon(k, &old));
-                }
-                self.digest.insert(&canon(k, &v));
-                Outcome::Done(Vec::new())
-            }
-            (Some("del"), Some(k), None) => match self.map.remove(k) {
-                Some(old) => {
-                    self.digest.remove(&canon(k, &old));
-                    Outcome::Done(old.into_bytes())
-                }
-                None => Outcome::Refused(format!("no key {k}")),
-            },
-            (Some("panic"), _, _) => panic!("apply was told to panic"),
-            _ => Outcome::Refused("not a command".into()),
-        }
-    }
-
-    fn digest(&self) -> SetDigest {
-        self.digest
-    }
-
-    fn export(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        for (k, v) in &self.map {
-            writeln!(out, "{k} {v}")?;
-        }
-        Ok(())
-    }
-
-    fn import(input: &[u8]) -> Result<Self, String> {
-        let text = std::str::from_utf8(input).map_err(|e| e.to_string())?;
-        let mut kv = Kv::default();
-        for line in text.lines() {
-            let (k, v) = line.split_once(' ').ok_or("a line without a value")?;
-            kv.digest.insert(&canon(k, v));
-            kv.map.insert(k.into(), v.into());
-        }
-        Ok(kv)
-    }
-}
 
 fn cmd(body: &str) -> Vec<u8> {
     Envelope::encode(EntryKind::Command, None, body.as_bytes())
@@ -297,8 +228,8 @@ fn snapshot_plus_suffix_gives_the_same_state_as_a_full_replay() {
     }
     log.sync().unwrap();
     let names = list_snapshots(&st).unwrap();
-    assert_eq!(names, vec!["snapshot-00000000000000000150.snap".to_string()]);
-    let (base, info) = read_snapshot::<Kv>(&st, &names[0]).unwrap();
+    assert_eq!(names, vec![(Some(Lsn(150)), "snapshot-00000000000000000150.snap".to_string())]);
+    let (base, info) = read_snapshot::<Kv>(&st, &names[0].1).unwrap();
     assert_eq!((info.applied, info.log_id), (Some(Lsn(150)), log.log_id()));
     let (from_snap, rep) = replay_all(&log, base);
     assert_eq!(rep.divergence, None);

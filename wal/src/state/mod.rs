@@ -14,6 +14,7 @@ mod digest;
 mod envelope;
 pub mod snapshot;
 
+pub(crate) use apply::panic_message;
 pub use apply::{Applied, Applier, DedupeRecord, Fate};
 pub use compare::{CompareReport, Divergence, Replayer, CHECKPOINT_MAX_LAG};
 pub use digest::{SetDigest, DIGEST_VERSION};

@@ -43,8 +43,8 @@ pub fn snapshot_file_name(applied: Option<Lsn>) -> String {
     }
 }
 
-/// Snapshot files in the directory, oldest first (by applied LSN).
-pub fn list_snapshots(storage: &dyn Storage) -> Result<Vec<String>> {
+/// Snapshot files in the directory with the applied LSN their name gives, oldest first.
+pub fn list_snapshots(storage: &dyn Storage) -> Result<Vec<(Option<Lsn>, String)>> {
     let names = storage.list().map_err(|e| Error::io("listing snapshots", e))?;
     let mut snaps: Vec<(Option<u64>, String)> = names
         .into_iter()
@@ -61,7 +61,7 @@ pub fn list_snapshots(storage: &dyn Storage) -> Result<Vec<String>> {
         })
         .collect();
     snaps.sort();
-    Ok(snaps.into_iter().map(|(_, n)| n).collect())
+    Ok(snaps.into_iter().map(|(l, n)| (l.map(Lsn), n)).collect())
 }
 
 fn bad(name: &str, what: impl Into<String>) -> Error {

@@ -1,0 +1,238 @@
+//! The apply thread: learns of submitted entries (in LSN order) and of their log outcomes (from
+//! the completion channel), and applies each committed entry in LSN order through the seam,
+//! then notifies, then resolves the caller's promise.
+
+use super::Resolution as Outcome;
+use super::{AfterHook, CommitPolicy, Core, Done, Msg, Notice, Promise};
+use crate::state::snapshot::{list_snapshots, write_snapshot};
+use crate::state::{panic_message, Envelope, StateMachine};
+use crate::storage::{complete, Op};
+use crate::ticket::{Completion, Failure};
+use crate::{Epoch, Lsn};
+use crossbeam_channel::{select, Receiver};
+use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+struct Entry {
+    tag: u64,
+    lsn: Lsn,
+    epoch: Epoch,
+    request_id: Option<u64>,
+    payload: Vec<u8>,
+    promise: Option<Promise<Outcome>>,
+}
+
+struct Loop<'a, S> {
+    core: &'a Core<S>,
+    after: Vec<AfterHook<S>>,
+    queue: VecDeque<Entry>,
+    done: HashMap<u64, Result<Lsn, Failure>>,
+    committed: Option<Lsn>,
+    since_checkpoint: u64,
+    last_checkpoint: Instant,
+    since_snapshot: u64,
+    closing: bool,
+}
+
+pub(crate) fn run<S: StateMachine>(
+    core: &Core<S>,
+    after: Vec<AfterHook<S>>,
+    rx: &Receiver<Msg>,
+    done_rx: &Receiver<Completion>,
+) {
+    let mut l = Loop {
+        core,
+        after,
+        queue: VecDeque::new(),
+        done: HashMap::new(),
+        committed: None,
+        since_checkpoint: 0,
+        last_checkpoint: Instant::now(),
+        since_snapshot: 0,
+        closing: false,
+    };
+    loop {
+        let wait = if l.since_checkpoint > 0 {
+            core.opts.checkpoint_every.saturating_sub(l.last_checkpoint.elapsed())
+        } else {
+            Duration::from_secs(3600)
+        };
+        select! {
+            recv(rx) -> m => match m {
+                Ok(m) => l.message(m),
+                Err(_) => l.closing = true,
+            },
+            recv(done_rx) -> c => {
+                if let Ok(c) = c {
+                    l.done.insert(c.tag, c.outcome);
+                }
+            }
+            default(wait) => {}
+        }
+        while let Ok(m) = rx.try_recv() {
+            l.message(m);
+        }
+        while let Ok(c) = done_rx.try_recv() {
+            l.done.insert(c.tag, c.outcome);
+        }
+        l.advance();
+        let due = l.since_checkpoint >= core.opts.checkpoint_every_entries
+            || (l.since_checkpoint > 0 && l.last_checkpoint.elapsed() >= core.opts.checkpoint_every);
+        if due {
+            l.checkpoint();
+        }
+        if core.opts.snapshot_every_entries.is_some_and(|n| l.since_snapshot >= n) {
+            if let Err(e) = l.snapshot() {
+                eprintln!("wal pipeline: snapshot failed (the log is unaffected): {e}");
+            }
+        }
+        if l.closing && l.queue.is_empty() {
+            if l.since_checkpoint > 0 {
+                l.checkpoint();
+            }
+            return;
+        }
+    }
+}
+
+impl<S: StateMachine> Loop<'_, S> {
+    fn message(&mut self, m: Msg) {
+        match m {
+            Msg::Pending { tag, lsn, epoch, request_id, payload, promise } => {
+                self.queue.push_back(Entry { tag, lsn, epoch, request_id, payload, promise });
+            }
+            Msg::CommitThrough(l) => self.committed = self.committed.max(Some(l)),
+            Msg::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            Msg::Close => self.closing = true,
+        }
+    }
+
+    /// Applies, in LSN order, every entry at the front whose fate is known.
+    fn advance(&mut self) {
+        while let Some(front) = self.queue.front() {
+            let Some(outcome) = self.done.get(&front.tag) else { return };
+            if let Ok(lsn) = outcome {
+                let committed = match self.core.opts.commit {
+                    CommitPolicy::Durable => true,
+                    CommitPolicy::External => self.committed.is_some_and(|c| c >= *lsn),
+                };
+                if !committed {
+                    return;
+                }
+            }
+            let Some(e) = self.queue.pop_front() else { return };
+            let outcome =
+                self.done.remove(&e.tag).unwrap_or_else(|| Err(Failure::Indeterminate("lost".into())));
+            match outcome {
+                Ok(_) => self.apply(e),
+                Err(f) => {
+                    if let Failure::Indeterminate(why) = &f {
+                        self.core.fence(format!("the log is fenced: {why}"));
+                    }
+                    self.forget(&e);
+                    self.resolve(e.promise, Err(f));
+                }
+            }
+        }
+    }
+
+    fn forget(&self, e: &Entry) {
+        if let Some(id) = e.request_id {
+            let mut p = super::lock(&self.core.pending_ids);
+            if p.get(&id) == Some(&e.lsn) {
+                p.remove(&id);
+            }
+        }
+    }
+
+    fn apply(&mut self, e: Entry) {
+        let fenced = super::lock(&self.core.fenced).clone();
+        if let Some(why) = fenced {
+            // Durable, so the log will apply it at the next restart; this process will not.
+            self.forget(&e);
+            let f =
+                Failure::Indeterminate(format!("durable but not applied: the pipeline is fenced ({why})"));
+            return self.resolve(e.promise, Err(f));
+        }
+        let mut a = self.core.applier.write().unwrap_or_else(|p| p.into_inner());
+        let applied = match a.apply(e.lsn, e.epoch, &e.payload) {
+            Ok(x) => x,
+            Err(why) => {
+                drop(a);
+                self.core.fence(why.clone());
+                self.forget(&e);
+                return self.resolve(e.promise, Err(Failure::Indeterminate(why)));
+            }
+        };
+        self.since_checkpoint += 1;
+        self.since_snapshot += 1;
+        let body = Envelope::decode(&e.payload).map(|x| (x.kind, x.body));
+        if let Ok((kind, body)) = body {
+            let notice = Notice { lsn: e.lsn, kind, request_id: e.request_id, body, applied: &applied };
+            for hook in &mut self.after {
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(a.state(), &notice))) {
+                    let why = format!("an after-hook panicked at LSN {}: {}", e.lsn, panic_message(&*p));
+                    a.fence(why.clone());
+                    self.core.fence(why);
+                    break;
+                }
+            }
+        }
+        self.forget(&e);
+        drop(a);
+        self.resolve(e.promise, Ok(Done { lsn: e.lsn, applied }));
+    }
+
+    fn resolve(&self, promise: Option<Promise<Outcome>>, outcome: Outcome) {
+        let Some(p) = promise else { return };
+        if let Some((cb, o)) = p.shared.resolve(outcome) {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cb(&o))) {
+                self.core.fence(format!("a ticket callback panicked: {}", panic_message(&*panic)));
+            }
+        }
+    }
+
+    fn checkpoint(&mut self) {
+        let (lsn, cp) = {
+            let a = self.core.read();
+            (a.applied(), a.checkpoint())
+        };
+        if let Some(lsn) = lsn {
+            // A fenced log refuses it; there is nothing to record then.
+            let _ = self.core.log.checkpoint(lsn, cp);
+        }
+        self.since_checkpoint = 0;
+        self.last_checkpoint = Instant::now();
+    }
+
+    fn snapshot(&mut self) -> crate::Result<String> {
+        self.since_snapshot = 0;
+        let (name, applied) = {
+            let a = self.core.read();
+            if let Some(why) = a.fenced() {
+                return Err(crate::Error::Poisoned { cause: why.to_string() });
+            }
+            (write_snapshot(&*self.core.snapshots, &a, self.core.log_id)?, a.applied())
+        };
+        debug_assert!(applied.is_some());
+        if self.core.opts.purge_after_snapshot {
+            let st = &*self.core.snapshots;
+            let snaps = list_snapshots(st)?;
+            let keep_from = snaps.len().saturating_sub(2);
+            for (_, old) in snaps.get(..keep_from).unwrap_or_default() {
+                st.remove(old).map_err(|e| crate::Error::io(format!("removing {old}"), e))?;
+            }
+            if keep_from > 0 {
+                complete(st, 0, Op::SyncDir).map_err(|e| crate::Error::io("syncing the directory", e))?;
+            }
+            // Only below durable snapshots: write_snapshot synced the file and the directory.
+            if let Some((Some(older), _)) = snaps.get(keep_from).filter(|_| snaps.len() >= 2) {
+                self.core.log.purge_before(Lsn(older.0 + 1))?;
+            }
+        }
+        Ok(name)
+    }
+}

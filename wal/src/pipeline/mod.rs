@@ -1,0 +1,584 @@
+//! The commit pipeline: pre-hooks → commit → apply → notify (issue 4, DESIGN.md I1, I5, I8).
+//!
+//! ```text
+//! caller: submit(body, kind, request id)
+//!           ├─ pre-hooks (read-only view of the state; may reject: nothing is logged)
+//!           └─ AsyncWal::append_with(.., completion channel) ── returns a Promise at once
+//! I/O thread: batch, write, fdatasync ── completion (durable / failed) on the channel
+//! apply thread: in LSN order, once an entry is committed (single node: durable; or as an
+//!           external commit source says): Applier::apply (THE seam), after-hooks, then the
+//!           promise resolves with the outcome; checkpoints every N entries or T seconds and
+//!           at close; snapshots on a policy, then a prefix purge below them.
+//! ```
+//!
+//! The I/O thread never runs user code; hooks and callbacks run on the apply thread, and a
+//! panic in any of them (or in apply) fences the pipeline: read-only, the reason kept, nothing
+//! aborts. Failures are the two kinds of I1: `Rejected` (never logged) and `Indeterminate`
+//! (possibly logged: a failed sync, a fenced log); [`Pipeline::fate`] answers later by request
+//! id, and [`RestartReport::fate_at`] by LSN after a reopen.
+
+mod apply_loop;
+mod promise;
+
+pub use promise::{Callback, Promise};
+
+use crate::error::{Error, Result};
+use crate::io_thread::{AsyncOptions, AsyncWal, Durability, Payload};
+use crate::log::{OpenReport, Options, Wal};
+use crate::replay::Bound;
+use crate::state::snapshot::{list_snapshots, read_snapshot, SnapshotInfo};
+use crate::state::{Applied, Applier, CompareReport, EntryKind, Envelope, Fate, Replayer, StateMachine};
+use crate::storage::{FileStorage, Storage};
+use crate::ticket::{Failure, Notify};
+use crate::Lsn;
+use crossbeam_channel::Sender;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What a resolved command reports: where it was applied and what apply said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Done {
+    pub lsn: Lsn,
+    pub applied: Applied,
+}
+
+/// What a command's promise resolves to: applied (with the outcome), or one of the two
+/// failures of DESIGN.md I1.
+pub type Resolution = Result<Done, Failure>;
+
+/// Who decides that a durable entry is committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitPolicy {
+    /// One node: durable means committed.
+    Durable,
+    /// Committed only up to what [`Pipeline::commit_through`] was told (a consensus library's
+    /// commit index), and durable.
+    External,
+}
+
+/// What a submission does when the pipeline or the log is fenced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FactsWhenFenced {
+    /// Facts resolve Indeterminate (the controller keeps them and resubmits after a reopen).
+    Indeterminate,
+    /// Facts are Rejected at once.
+    Reject,
+}
+
+/// Pipeline settings. The defaults suit a controller with a few thousand entries per second.
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    pub log: Options,
+    pub io: AsyncOptions,
+    pub commit: CommitPolicy,
+    /// Request ids are remembered for this many LSNs (FORMAT.md 10.1); keep it fixed per log.
+    pub dedupe_window: u64,
+    /// A checkpoint after this many applied entries...
+    pub checkpoint_every_entries: u64,
+    /// ...or this long after the last one, if entries were applied since.
+    pub checkpoint_every: Duration,
+    /// A snapshot after this many applied entries since the last (None: only when asked).
+    pub snapshot_every_entries: Option<u64>,
+    /// After a snapshot is durable, keep it and the one before it (the fallback if the newest
+    /// is ever unreadable), delete older ones, and purge whole segments below the older kept
+    /// one: the log always reaches back to both.
+    pub purge_after_snapshot: bool,
+    pub facts_when_fenced: FactsWhenFenced,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions {
+            log: Options { create: true, ..Options::default() },
+            io: AsyncOptions::default(),
+            commit: CommitPolicy::Durable,
+            dedupe_window: 1 << 20,
+            checkpoint_every_entries: 1024,
+            checkpoint_every: Duration::from_secs(1),
+            snapshot_every_entries: None,
+            purge_after_snapshot: true,
+            facts_when_fenced: FactsWhenFenced::Indeterminate,
+        }
+    }
+}
+
+/// A proposed entry as pre-hooks see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Proposal<'a> {
+    pub kind: EntryKind,
+    pub request_id: Option<u64>,
+    pub body: &'a [u8],
+}
+
+/// A committed, applied entry as after-hooks see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Notice<'a> {
+    pub lsn: Lsn,
+    pub kind: EntryKind,
+    pub request_id: Option<u64>,
+    pub body: &'a [u8],
+    pub applied: &'a Applied,
+}
+
+/// Validation before anything is logged: a read-only view of the state and the proposal.
+pub type PreHook<S> = Box<dyn Fn(&S, &Proposal<'_>) -> std::result::Result<(), String> + Send + Sync>;
+/// Notification after apply: the state after the entry and what happened.
+pub type AfterHook<S> = Box<dyn FnMut(&S, &Notice<'_>) + Send>;
+
+/// The hooks of a pipeline.
+pub struct Hooks<S> {
+    pub pre: Vec<PreHook<S>>,
+    pub after: Vec<AfterHook<S>>,
+}
+
+impl<S> Default for Hooks<S> {
+    fn default() -> Self {
+        Hooks { pre: Vec::new(), after: Vec::new() }
+    }
+}
+
+impl<S> std::fmt::Debug for Hooks<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hooks {{ pre: {}, after: {} }}", self.pre.len(), self.after.len())
+    }
+}
+
+/// What a fate query knows about a request id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestFate {
+    /// Applied at `lsn` (a domain refusal is also final).
+    Applied { lsn: Lsn, refused: bool },
+    /// Logged or being logged, not yet applied.
+    Pending { lsn: Lsn },
+    /// Not applied and not pending (never submitted, withdrawn, or lost with a fenced tail;
+    /// or older than the dedupe window).
+    NotApplied,
+}
+
+/// What an LSN from before a restart became.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LsnFate {
+    /// The log holds it and the restart applied it.
+    Applied,
+    /// The log does not hold it: it never became durable (its LSN may be reused).
+    Absent,
+}
+
+/// What opening a pipeline found.
+#[derive(Debug)]
+pub struct RestartReport {
+    pub open: OpenReport,
+    /// The snapshot the state was rebuilt from, if any.
+    pub snapshot: Option<SnapshotInfo>,
+    /// Snapshots that were skipped, with why.
+    pub snapshots_refused: Vec<String>,
+    pub compare: CompareReport,
+    /// The last entry the log held at the restart (what the restart applied up to).
+    pub recovered_end: Option<Lsn>,
+    /// The pipeline is fenced from the start (DIVERGENT or unsupported), with why.
+    pub fenced: Option<String>,
+}
+
+impl RestartReport {
+    /// The fate of an LSN handed out before this restart (typically to an Indeterminate
+    /// submission). Valid for LSNs of the previous run only: new entries reuse absent LSNs.
+    pub fn fate_at(&self, lsn: Lsn) -> LsnFate {
+        if self.recovered_end.is_some_and(|e| lsn <= e) {
+            LsnFate::Applied
+        } else {
+            LsnFate::Absent
+        }
+    }
+}
+
+pub(crate) enum Msg {
+    Pending {
+        tag: u64,
+        lsn: Lsn,
+        epoch: crate::Epoch,
+        request_id: Option<u64>,
+        payload: Vec<u8>,
+        promise: Option<Promise<Resolution>>,
+    },
+    CommitThrough(Lsn),
+    Snapshot(Sender<Result<String>>),
+    Close,
+}
+
+struct Submit {
+    next_tag: u64,
+    closing: bool,
+}
+
+pub(crate) struct Core<S> {
+    pub(crate) log: AsyncWal,
+    pub(crate) applier: RwLock<Applier<S>>,
+    pub(crate) fenced: Mutex<Option<String>>,
+    /// Request id → LSN of submissions not yet applied.
+    pub(crate) pending_ids: Mutex<HashMap<u64, Lsn>>,
+    submit: Mutex<Submit>,
+    pre: Vec<PreHook<S>>,
+    pub(crate) completions: Sender<crate::ticket::Completion>,
+    pub(crate) to_apply: Sender<Msg>,
+    pub(crate) opts: PipelineOptions,
+    pub(crate) snapshots: Arc<dyn Storage>,
+    pub(crate) log_id: [u8; 16],
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<S> Core<S> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Applier<S>> {
+        self.applier.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn fence(&self, why: String) {
+        lock(&self.fenced).get_or_insert(why);
+    }
+}
+
+/// A controller's commit pipeline over one log and one state machine.
+pub struct Pipeline<S: StateMachine> {
+    core: Option<Arc<Core<S>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<S: StateMachine> std::fmt::Debug for Pipeline<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pipeline")
+    }
+}
+
+impl<S: StateMachine + Sync> Pipeline<S> {
+    /// Opens (or creates) the log in `dir`, rebuilds the state from the newest usable snapshot
+    /// plus the log through the apply seam, compares every checkpoint met, and starts the I/O
+    /// and apply threads. A DIVERGENT or unsupported replay does not fail the open: the
+    /// pipeline starts fenced (read-only) and the report says why (DESIGN.md I8).
+    pub fn open(
+        dir: impl AsRef<Path>,
+        opts: PipelineOptions,
+        hooks: Hooks<S>,
+        fresh: impl FnOnce() -> S,
+    ) -> Result<(Pipeline<S>, RestartReport)> {
+        let dir = dir.as_ref();
+        let (wal, open) = Wal::open(dir, opts.log.clone())?;
+        let snapshots =
+            FileStorage::new(dir, false).map_err(|e| Error::io("opening the snapshot directory", e))?;
+        let snapshots: Arc<dyn Storage> = Arc::new(snapshots);
+        Self::start(wal, open, snapshots, opts, hooks, fresh)
+    }
+
+    /// [`Pipeline::open`] over an already opened log, with snapshots read and written through
+    /// `snapshots` (a storage instance of its own: the I/O thread owns the log's).
+    pub fn start(
+        wal: Wal,
+        open: OpenReport,
+        snapshots: Arc<dyn Storage>,
+        opts: PipelineOptions,
+        hooks: Hooks<S>,
+        fresh: impl FnOnce() -> S,
+    ) -> Result<(Pipeline<S>, RestartReport)> {
+        if opts.checkpoint_every_entries == 0 || opts.snapshot_every_entries == Some(0) {
+            return Err(Error::InvalidArgument(
+                "checkpoint and snapshot intervals must be at least 1".into(),
+            ));
+        }
+        let log_id = wal.log_id();
+        let (base, snapshot, refused) = newest_snapshot::<S>(&*snapshots, &wal, log_id, opts.dedupe_window)?;
+        let applier = match base {
+            Some(a) => a,
+            None => {
+                if wal.prefix_purged() {
+                    // Entries were purged and no snapshot covers them: the state cannot be
+                    // rebuilt, and guessing would be silent data loss.
+                    return Err(Error::InvalidArgument(format!(
+                        "the log's prefix was purged and no usable snapshot covers it ({})",
+                        if refused.is_empty() { "no snapshot found".to_string() } else { refused.join("; ") }
+                    )));
+                }
+                Applier::new(fresh(), opts.dedupe_window)
+            }
+        };
+        let mut replayer = Replayer::new(applier);
+        let start = replayer.applier().applied().map(|l| Lsn(l.0 + 1));
+        let mut replay = wal.replay_from(start, Bound::Durable)?;
+        replayer.run(&mut replay)?;
+        drop(replay);
+        let (applier, compare) = replayer.finish();
+        let fenced = match (&compare.divergence, &compare.unsupported) {
+            (Some(d), _) => Some(format!("DIVERGENT at LSN {}: {}", d.lsn, d.reason)),
+            (None, Some(u)) => Some(format!("UNSUPPORTED_VERSION: {u}")),
+            (None, None) => None,
+        };
+        let recovered_end = wal.next_lsn().0.checked_sub(1).map(Lsn).filter(|_| wal.first_lsn().is_some());
+        let mut wal = wal;
+        if let (Some(l), None, false, true) =
+            (applier.applied(), &fenced, opts.log.read_only, compare.unchecked_entries > 0)
+        {
+            // Entries replayed after the last checkpoint: record where this restart stands, so
+            // the next verification compares against it.
+            wal.checkpoint(wal.epoch(), l, &applier.checkpoint())?;
+        }
+        let log = AsyncWal::start(wal, opts.io.clone())?;
+        let (to_apply, apply_rx) = crossbeam_channel::unbounded();
+        let (completions, done_rx) = crossbeam_channel::unbounded();
+        let core = Arc::new(Core {
+            log,
+            applier: RwLock::new(applier),
+            fenced: Mutex::new(fenced.clone()),
+            pending_ids: Mutex::new(HashMap::new()),
+            submit: Mutex::new(Submit { next_tag: 1, closing: false }),
+            pre: hooks.pre,
+            completions,
+            to_apply,
+            opts,
+            snapshots,
+            log_id,
+        });
+        let c = core.clone();
+        let after = hooks.after;
+        let thread = std::thread::Builder::new()
+            .name("wal-apply".into())
+            .spawn(move || apply_loop::run(&c, after, &apply_rx, &done_rx))
+            .map_err(|e| Error::io("starting the apply thread", e))?;
+        let report =
+            RestartReport { open, snapshot, snapshots_refused: refused, compare, recovered_end, fenced };
+        Ok((Pipeline { core: Some(core), thread: Some(thread) }, report))
+    }
+
+    fn core(&self) -> &Core<S> {
+        self.core.as_deref().expect("the core lives until close")
+    }
+
+    /// Submits a command: pre-hooks, then the log, without blocking on disk. The promise
+    /// resolves after commit and apply with the outcome. An `Err` is Rejected: nothing was
+    /// logged.
+    pub fn submit(
+        &self,
+        body: &[u8],
+        request_id: Option<u64>,
+    ) -> std::result::Result<Promise<Resolution>, Failure> {
+        self.submit_kind(None, EntryKind::Command, body, request_id)
+            .map(|p| p.expect("commands have promises"))
+    }
+
+    /// [`Pipeline::submit`] under an explicit writer epoch (a leader's): an epoch older than
+    /// the log's is Rejected (DESIGN.md I7).
+    pub fn submit_as(
+        &self,
+        epoch: crate::Epoch,
+        body: &[u8],
+        request_id: Option<u64>,
+    ) -> std::result::Result<Promise<Resolution>, Failure> {
+        self.submit_kind(Some(epoch), EntryKind::Command, body, request_id)
+            .map(|p| p.expect("commands have promises"))
+    }
+
+    /// Submits a fact (a reported event): applied only after commit, through the same seam;
+    /// nobody waits. `Err` as the fact policy says on a fenced pipeline, Rejected otherwise.
+    pub fn report_fact(&self, body: &[u8], request_id: Option<u64>) -> std::result::Result<(), Failure> {
+        self.submit_kind(None, EntryKind::Fact, body, request_id).map(|_| ())
+    }
+
+    fn submit_kind(
+        &self,
+        epoch: Option<crate::Epoch>,
+        kind: EntryKind,
+        body: &[u8],
+        request_id: Option<u64>,
+    ) -> std::result::Result<Option<Promise<Resolution>>, Failure> {
+        let core = self.core();
+        if let Some(why) = lock(&core.fenced).clone() {
+            return Err(fenced_failure(kind, core.opts.facts_when_fenced, &why));
+        }
+        if request_id == Some(0) {
+            return Err(Failure::Rejected("request id 0 means none; use None".into()));
+        }
+        {
+            let state = core.read();
+            let proposal = Proposal { kind, request_id, body };
+            for hook in &core.pre {
+                let verdict =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(state.state(), &proposal)));
+                match verdict {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => return Err(Failure::Rejected(format!("pre-hook: {why}"))),
+                    Err(p) => {
+                        let why = format!("a pre-hook panicked: {}", crate::state::panic_message(&*p));
+                        core.fence(why.clone());
+                        return Err(Failure::Rejected(why));
+                    }
+                }
+            }
+        }
+        let payload = Envelope::encode(kind, request_id, body);
+        let promise = (kind == EntryKind::Command).then(Promise::new);
+        let mut sub = lock(&core.submit);
+        if sub.closing {
+            return Err(Failure::Rejected("the pipeline is closing".into()));
+        }
+        let tag = sub.next_tag;
+        let notify = Notify { tx: core.completions.clone(), tag };
+        let epoch = epoch.unwrap_or_else(|| core.log.epoch());
+        let ticket = match core.log.append_with(
+            epoch,
+            Payload::One(payload.clone()),
+            Durability::Durable,
+            Some(notify),
+        ) {
+            Ok(t) => t,
+            Err(e @ Error::Poisoned { .. }) => {
+                return Err(fenced_failure(kind, core.opts.facts_when_fenced, &e.to_string()))
+            }
+            Err(e) => return Err(Failure::Rejected(e.to_string())),
+        };
+        sub.next_tag += 1;
+        if let Some(id) = request_id {
+            lock(&core.pending_ids).insert(id, ticket.lsn);
+        }
+        // Under the submit lock: the apply thread learns of entries in LSN order.
+        let msg = Msg::Pending { tag, lsn: ticket.lsn, epoch, request_id, payload, promise: promise.clone() };
+        let _ = core.to_apply.send(msg);
+        Ok(promise)
+    }
+
+    /// Tells an [`CommitPolicy::External`] pipeline that everything up to `lsn` is committed.
+    pub fn commit_through(&self, lsn: Lsn) {
+        let _ = self.core().to_apply.send(Msg::CommitThrough(lsn));
+    }
+
+    /// What is known about a request id.
+    pub fn fate(&self, request_id: u64) -> RequestFate {
+        let core = self.core();
+        // Pending first: an entry moves from pending to applied under the state's write lock.
+        let pending = lock(&core.pending_ids).get(&request_id).copied();
+        match core.read().fate(request_id) {
+            Fate::Applied { lsn, refused } => RequestFate::Applied { lsn, refused },
+            Fate::NotApplied => match pending.or_else(|| lock(&core.pending_ids).get(&request_id).copied()) {
+                Some(lsn) => RequestFate::Pending { lsn },
+                None => RequestFate::NotApplied,
+            },
+        }
+    }
+
+    /// Reads the state (never mutates it; the apply thread waits while the guard lives).
+    pub fn read<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        f(self.core().read().state())
+    }
+
+    /// The last applied LSN and the current checkpoint value.
+    pub fn applied(&self) -> (Option<Lsn>, crate::log::Checkpoint) {
+        let a = self.core().read();
+        (a.applied(), a.checkpoint())
+    }
+
+    /// Why the pipeline is fenced (read-only), if it is.
+    pub fn fenced(&self) -> Option<String> {
+        lock(&self.core().fenced).clone()
+    }
+
+    /// Writes a snapshot now (on the apply thread, between entries) and returns its name.
+    pub fn snapshot(&self) -> Result<String> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.core()
+            .to_apply
+            .send(Msg::Snapshot(tx))
+            .map_err(|_| Error::Poisoned { cause: "the apply thread has stopped".into() })?;
+        rx.recv().map_err(|_| Error::Poisoned { cause: "the apply thread has stopped".into() })?
+    }
+
+    /// The I/O thread's counters.
+    pub fn io_stats(&self) -> crate::metrics::Stats {
+        self.core().log.stats()
+    }
+
+    /// Stops taking submissions, lets every pending entry commit and apply (or fail), writes a
+    /// final checkpoint, then drains, syncs and seals the log. Every promise is resolved.
+    pub fn close(mut self) -> Result<()> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> Result<()> {
+        let Some(core) = self.core.take() else { return Ok(()) };
+        lock(&core.submit).closing = true;
+        let _ = core.to_apply.send(Msg::Close);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let fenced = lock(&core.fenced).clone();
+        match Arc::try_unwrap(core) {
+            Ok(core) => {
+                let closed = core.log.close();
+                match (closed, fenced) {
+                    (Err(e), _) => Err(e),
+                    (Ok(()), Some(cause)) => Err(Error::Poisoned { cause }),
+                    (Ok(()), None) => Ok(()),
+                }
+            }
+            Err(_) => Err(Error::Poisoned { cause: "the pipeline core is still shared".into() }),
+        }
+    }
+}
+
+impl<S: StateMachine> Drop for Pipeline<S> {
+    fn drop(&mut self) {
+        if let Some(core) = self.core.take() {
+            lock(&core.submit).closing = true;
+            let _ = core.to_apply.send(Msg::Close);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn fenced_failure(kind: EntryKind, facts: FactsWhenFenced, why: &str) -> Failure {
+    match (kind, facts) {
+        (EntryKind::Fact, FactsWhenFenced::Indeterminate) => {
+            Failure::Indeterminate(format!("fenced ({why}); resubmit the fact after a reopen"))
+        }
+        _ => Failure::Rejected(format!("fenced: {why}")),
+    }
+}
+
+/// The newest snapshot that decodes, belongs to this log and leaves no gap before the log's
+/// first entry. Older ones are the fallback when a newer one is damaged.
+#[allow(clippy::type_complexity)]
+fn newest_snapshot<S: StateMachine>(
+    storage: &dyn Storage,
+    wal: &Wal,
+    log_id: [u8; 16],
+    window: u64,
+) -> Result<(Option<Applier<S>>, Option<SnapshotInfo>, Vec<String>)> {
+    let mut refused = Vec::new();
+    for (_, name) in list_snapshots(storage)?.into_iter().rev() {
+        match read_snapshot::<S>(storage, &name) {
+            Ok((a, info)) => {
+                let gap = match (wal.first_lsn(), info.applied) {
+                    (Some(first), Some(at)) => first.0 > at.0 + 1,
+                    (Some(_), None) => wal.prefix_purged(),
+                    (None, _) => false,
+                };
+                if info.log_id != log_id {
+                    refused.push(format!("{name}: belongs to another log"));
+                } else if a.dedupe_window() != window {
+                    refused
+                        .push(format!("{name}: dedupe window {} (configured {window})", a.dedupe_window()));
+                } else if gap {
+                    refused.push(format!("{name}: the log's first entry is after it"));
+                } else if info.applied.is_some_and(|at| at.0 >= wal.next_lsn().0) {
+                    refused.push(format!("{name}: newer than the log's end"));
+                } else {
+                    return Ok((Some(a), Some(info), refused));
+                }
+            }
+            Err(e) => refused.push(e.to_string()),
+        }
+    }
+    Ok((None, None, refused))
+}

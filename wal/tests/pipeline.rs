@@ -1,0 +1,353 @@
+//! The commit pipeline (issue 4): pre-hooks → commit → apply → notify, failures as Rejected or
+//! Indeterminate (DESIGN.md I1), fencing without exiting (I8), restart through the same seam.
+
+mod common;
+
+use common::kv::{Kv, SKEW, SKEW_LOCK};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use wal::pipeline::{FactsWhenFenced, Hooks, LsnFate, Pipeline, PipelineOptions, RequestFate};
+use wal::state::{Applied, EntryKind, Outcome};
+use wal::storage::{MemStorage, SectorFate, Storage};
+use wal::{Epoch, Failure, Lsn, Options, Wal};
+
+fn opts() -> PipelineOptions {
+    PipelineOptions {
+        log: Options { segment_len_bytes: 64 * 1024, create: true, ..Options::default() },
+        checkpoint_every_entries: 16,
+        dedupe_window: 1000,
+        ..PipelineOptions::default()
+    }
+}
+
+/// A pipeline over a MemStorage log (snapshots in a storage of their own).
+fn start_mem(
+    st: &MemStorage,
+    snaps: &MemStorage,
+    o: PipelineOptions,
+    hooks: Hooks<Kv>,
+) -> (Pipeline<Kv>, wal::pipeline::RestartReport) {
+    let (wal, open) = Wal::open_with(Arc::new(st.clone()), o.log.clone()).unwrap();
+    let snaps: Arc<dyn Storage> = Arc::new(snaps.clone());
+    Pipeline::start(wal, open, snaps, o, hooks, Kv::default).unwrap()
+}
+
+fn done(p: &wal::pipeline::Promise<wal::pipeline::Resolution>) -> (Lsn, Applied) {
+    let d = p.wait_timeout(Duration::from_secs(20)).expect("resolved").expect("committed");
+    (d.lsn, d.applied)
+}
+
+fn put(k: &str, v: &str) -> Vec<u8> {
+    format!("put {k} {v}").into_bytes()
+}
+
+/// Entries apply in LSN order, only after they are durable, then after-hooks run, then the
+/// promise resolves; many submitting threads share batches.
+#[test]
+fn commands_from_many_threads_apply_in_lsn_order_then_notify_then_resolve() {
+    let st = MemStorage::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let durable_check = st.clone();
+    let mut hooks = Hooks::default();
+    hooks.after.push(Box::new(move |kv: &Kv, n: &wal::pipeline::Notice<'_>| {
+        // The state already holds the entry's effect, and the entry is in the durable image.
+        let text = std::str::from_utf8(n.body).unwrap();
+        let k = text.split(' ').nth(1).unwrap();
+        assert!(kv.map.contains_key(k), "after-hook saw state without its entry");
+        let durable = durable_check.state().crash(|_, _| SectorFate::Old);
+        let (log, _) =
+            Wal::open_with(Arc::new(durable), Options { read_only: true, ..Options::default() }).unwrap();
+        let entries = log.replay().unwrap().collect_entries().unwrap();
+        assert!(
+            entries.iter().any(|(l, _)| *l == n.lsn.0),
+            "after-hook ran before LSN {} was durable",
+            n.lsn
+        );
+        s2.lock().unwrap().push(n.lsn);
+    }) as wal::pipeline::AfterHook<Kv>);
+    let (p, _) = start_mem(&st, &MemStorage::new(), opts(), hooks);
+    let p = Arc::new(p);
+    let mut threads = Vec::new();
+    for t in 0..4 {
+        let p = p.clone();
+        threads.push(std::thread::spawn(move || {
+            let promises: Vec<_> =
+                (0..25).map(|i| p.submit(&put(&format!("t{t}k{i}"), "v"), None).unwrap()).collect();
+            promises.iter().map(done).collect::<Vec<_>>()
+        }));
+    }
+    let mut all: Vec<(Lsn, Applied)> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    all.sort_by_key(|x| x.0);
+    assert_eq!(all.len(), 100);
+    assert!(all.iter().all(|(_, a)| *a == Applied::Outcome(Outcome::Done(vec![]))));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, all.iter().map(|x| x.0).collect::<Vec<_>>(), "apply order must be LSN order");
+    assert_eq!(p.read(|kv| kv.map.len()), 100);
+    Arc::try_unwrap(p).unwrap().close().unwrap();
+}
+
+/// A pre-hook only validates: a refusal is Rejected, nothing is logged, no LSN is consumed.
+#[test]
+fn a_pre_hook_rejection_logs_nothing() {
+    let st = MemStorage::new();
+    let mut hooks = Hooks::default();
+    hooks.pre.push(Box::new(|kv: &Kv, prop: &wal::pipeline::Proposal<'_>| {
+        if prop.body.starts_with(b"put bad") || kv.map.len() > 100 {
+            Err("bad key".to_string())
+        } else {
+            Ok(())
+        }
+    }) as wal::pipeline::PreHook<Kv>);
+    let (p, _) = start_mem(&st, &MemStorage::new(), opts(), hooks);
+    let a = done(&p.submit(&put("a", "1"), None).unwrap());
+    match p.submit(&put("bad", "1"), Some(9)) {
+        Err(Failure::Rejected(why)) => assert!(why.contains("bad key"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.fate(9), RequestFate::NotApplied);
+    let b = done(&p.submit(&put("b", "1"), None).unwrap());
+    assert_eq!((a.0, b.0), (Lsn(1), Lsn(2)), "a rejected submission must not consume an LSN");
+    p.close().unwrap();
+    let (log, _) = Wal::open_with(Arc::new(st), Options::default()).unwrap();
+    let n = log.replay().unwrap().collect_entries().unwrap().len();
+    assert_eq!(n, 2);
+}
+
+/// DESIGN.md I1 and I6: a failed fdatasync leaves the state untouched, every pending promise
+/// Indeterminate, later submissions refused; after a reopen each Indeterminate entry is either
+/// applied or absent, and the report says which.
+#[test]
+fn a_failed_sync_leaves_the_state_untouched_and_every_pending_entry_indeterminate() {
+    for crash_keeps_new in [false, true] {
+        let st = MemStorage::new();
+        let applied_hook = Arc::new(Mutex::new(0u32));
+        let h2 = applied_hook.clone();
+        let mut hooks = Hooks::default();
+        hooks.after.push(Box::new(move |_: &Kv, _: &wal::pipeline::Notice<'_>| *h2.lock().unwrap() += 1)
+            as wal::pipeline::AfterHook<Kv>);
+        let (p, _) = start_mem(&st, &MemStorage::new(), opts(), hooks);
+        for i in 0..5 {
+            done(&p.submit(&put(&format!("ok{i}"), "v"), Some(100 + i)).unwrap());
+        }
+        let before = p.applied();
+        let n = st.faults().syncs_seen;
+        st.faults().fail_sync_from = Some(n);
+        let lost: Vec<_> =
+            (0..5).map(|i| p.submit(&put(&format!("lost{i}"), "v"), Some(200 + i)).unwrap()).collect();
+        let mut indeterminate = Vec::new();
+        for (i, pr) in lost.iter().enumerate() {
+            match pr.wait_timeout(Duration::from_secs(20)).expect("resolved") {
+                Err(Failure::Indeterminate(_)) => indeterminate.push((200 + i as u64, pr)),
+                other => panic!("a failed sync must not resolve {other:?}"),
+            }
+        }
+        assert_eq!(p.applied(), before, "the state changed after a failed sync");
+        assert_eq!(*applied_hook.lock().unwrap(), 5, "an after-hook saw an uncommitted entry");
+        assert!(p.fenced().is_some());
+        assert!(matches!(p.submit(&put("later", "v"), None), Err(Failure::Rejected(_))));
+        let lsns: Vec<Lsn> = (0..5).map(|i| Lsn(6 + i)).collect();
+        assert!(p.close().is_err(), "closing a fenced pipeline must say so");
+        // Linux semantics: the failed sync dropped the dirty pages' durability, but they may
+        // still reach the disk later. Both crash images are legal.
+        st.faults().fail_sync_from = None;
+        let fate = if crash_keeps_new { SectorFate::New } else { SectorFate::Old };
+        let crashed = st.state().crash(|_, _| fate);
+        let (p, report) = start_mem(&crashed, &MemStorage::new(), opts(), Hooks::default());
+        assert!(report.fenced.is_none());
+        for (lsn, (id, _)) in lsns.iter().zip(&indeterminate) {
+            let key = format!("lost{}", id - 200);
+            let present = p.read(|kv| kv.map.contains_key(&key));
+            match report.fate_at(*lsn) {
+                LsnFate::Applied => assert!(present, "LSN {lsn} reported applied but {key} is missing"),
+                LsnFate::Absent => assert!(!present, "LSN {lsn} reported absent but {key} is applied"),
+            }
+            match p.fate(*id) {
+                RequestFate::Applied { lsn: at, .. } => assert!(present && at == *lsn),
+                RequestFate::NotApplied => assert!(!present),
+                RequestFate::Pending { .. } => panic!("nothing is pending after a restart"),
+            }
+        }
+        for i in 0..5 {
+            assert!(p.read(|kv| kv.map.contains_key(&format!("ok{i}"))), "an acknowledged entry was lost");
+        }
+        p.close().unwrap();
+    }
+}
+
+/// Facts are applied only after commit, through the same seam; on a fenced pipeline they are
+/// Indeterminate by default (resubmit after reopen) or Rejected when configured so.
+#[test]
+fn facts_apply_after_commit_and_follow_the_fence_policy() {
+    for policy in [FactsWhenFenced::Indeterminate, FactsWhenFenced::Reject] {
+        let st = MemStorage::new();
+        let kinds = Arc::new(Mutex::new(Vec::new()));
+        let k2 = kinds.clone();
+        let mut hooks = Hooks::default();
+        hooks
+            .after
+            .push(Box::new(move |_: &Kv, n: &wal::pipeline::Notice<'_>| k2.lock().unwrap().push(n.kind))
+                as wal::pipeline::AfterHook<Kv>);
+        let (p, _) = start_mem(
+            &st,
+            &MemStorage::new(),
+            PipelineOptions { facts_when_fenced: policy, ..opts() },
+            hooks,
+        );
+        p.report_fact(&put("job7", "started"), None).unwrap();
+        let c = done(&p.submit(&put("job8", "submitted"), None).unwrap());
+        assert_eq!(c.0, Lsn(2));
+        // The fact (LSN 1) was applied before the command (LSN 2) resolved.
+        assert_eq!(*kinds.lock().unwrap(), vec![EntryKind::Fact, EntryKind::Command]);
+        assert!(p.read(|kv| kv.map.get("job7").map(String::as_str) == Some("started")));
+        let n = st.faults().syncs_seen;
+        st.faults().fail_sync_from = Some(n);
+        let _ = p.submit(&put("x", "1"), None).unwrap().wait();
+        match (policy, p.report_fact(&put("job7", "finished"), None)) {
+            (FactsWhenFenced::Indeterminate, Err(Failure::Indeterminate(_))) => {}
+            (FactsWhenFenced::Reject, Err(Failure::Rejected(_))) => {}
+            (_, other) => panic!("{policy:?}: {other:?}"),
+        }
+        assert!(p.close().is_err());
+    }
+}
+
+/// DESIGN.md I8: a panic in apply fences the pipeline (read-only, with the reason), resolves
+/// the entry Indeterminate and never takes the process down.
+#[test]
+fn a_panic_in_apply_fences_the_pipeline_without_exiting() {
+    let st = MemStorage::new();
+    let (p, _) = start_mem(&st, &MemStorage::new(), opts(), Hooks::default());
+    done(&p.submit(&put("a", "1"), None).unwrap());
+    match p.submit(b"panic", None).unwrap().wait() {
+        Err(Failure::Indeterminate(why)) => assert!(why.contains("panicked"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let why = p.fenced().expect("fenced");
+    assert!(why.contains("apply panicked at LSN 2"), "{why}");
+    assert!(matches!(p.submit(&put("b", "1"), None), Err(Failure::Rejected(_))));
+    assert_eq!(p.read(|kv| kv.map.len()), 1, "the state stays readable");
+    assert!(p.close().is_err());
+}
+
+#[test]
+fn a_stale_writer_epoch_is_rejected() {
+    let st = MemStorage::new();
+    let (mut wal, open) = Wal::open_with(Arc::new(st.clone()), opts().log).unwrap();
+    wal.advance_epoch(Epoch(3)).unwrap();
+    let (p, _) =
+        Pipeline::start(wal, open, Arc::new(MemStorage::new()), opts(), Hooks::default(), Kv::default)
+            .unwrap();
+    match p.submit_as(Epoch(2), &put("a", "1"), None) {
+        Err(Failure::Rejected(why)) => assert!(why.contains("epoch"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let (lsn, _) = done(&p.submit_as(Epoch(3), &put("a", "1"), None).unwrap());
+    assert_eq!(lsn, Lsn(1));
+    p.close().unwrap();
+}
+
+/// Restart replays through the same seam, checks the checkpoints, and request ids stay
+/// deduplicated across it.
+#[test]
+fn a_restart_rebuilds_the_state_checks_checkpoints_and_keeps_dropping_duplicates() {
+    let st = MemStorage::new();
+    let (p, _) = start_mem(&st, &MemStorage::new(), opts(), Hooks::default());
+    for i in 0..50u64 {
+        done(&p.submit(&put(&format!("k{}", i % 7), &i.to_string()), Some(i + 1)).unwrap());
+    }
+    let before = p.applied();
+    p.close().unwrap();
+    let (p, report) = start_mem(&st, &MemStorage::new(), opts(), Hooks::default());
+    assert_eq!(report.compare.divergence, None);
+    assert!(report.compare.checkpoints_checked >= 3, "{:?}", report.compare);
+    assert_eq!(report.compare.verified_through, Some(Lsn(50)), "the close checkpoint covers the end");
+    assert_eq!(p.applied(), before);
+    let (lsn, applied) = done(&p.submit(&put("k0", "again"), Some(3)).unwrap());
+    assert_eq!(applied, Applied::Duplicate { first_lsn: Lsn(3) });
+    assert_eq!(lsn, Lsn(51));
+    assert_eq!(p.fate(3), RequestFate::Applied { lsn: Lsn(3), refused: false });
+    p.close().unwrap();
+}
+
+/// DESIGN.md I8: a restart whose replay disagrees with a recorded checkpoint starts fenced and
+/// read-only, and says where.
+#[test]
+fn a_divergent_restart_starts_fenced_and_says_where() {
+    let _g = SKEW_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let st = MemStorage::new();
+    let (p, _) = start_mem(&st, &MemStorage::new(), opts(), Hooks::default());
+    for i in 0..20 {
+        done(&p.submit(&put(&format!("k{i}"), "v"), None).unwrap());
+    }
+    SKEW.store(true, Ordering::Relaxed);
+    for i in 20..40 {
+        done(&p.submit(&put(&format!("k{i}"), "v"), None).unwrap());
+    }
+    SKEW.store(false, Ordering::Relaxed);
+    p.close().unwrap();
+    let (p, report) = start_mem(&st, &MemStorage::new(), opts(), Hooks::default());
+    let d = report.compare.divergence.clone().expect("DIVERGENT");
+    assert_eq!(d.last_good, Some(Lsn(16)));
+    assert_eq!(d.lsn, Lsn(32), "{d:?}");
+    let why = p.fenced().expect("fenced");
+    assert!(why.contains("DIVERGENT at LSN 32"), "{why}");
+    assert!(matches!(p.submit(&put("z", "1"), None), Err(Failure::Rejected(_))));
+    assert!(p.close().is_err());
+}
+
+/// Snapshots on a policy, a purge only below a durable snapshot, and a restart from the
+/// newest snapshot plus the suffix gives the state a full history gave.
+#[test]
+fn snapshots_purge_below_themselves_and_restart_from_snapshot_plus_suffix() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = PipelineOptions {
+        log: Options { segment_len_bytes: 64 * 1024, create: true, ..Options::default() },
+        snapshot_every_entries: Some(150),
+        ..opts()
+    };
+    let (p, _) = Pipeline::open(dir.path(), o.clone(), Hooks::default(), Kv::default).unwrap();
+    // One batch (at least 512 bytes) per entry: about 120 entries per segment.
+    for i in 0..400u64 {
+        let body = put(&format!("k{}", i % 13), &format!("{i:0>40}"));
+        done(&p.submit(&body, Some(i + 1)).unwrap());
+    }
+    let (applied, cp) = p.applied();
+    p.close().unwrap();
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.iter().any(|n| n == "snapshot-00000000000000000300.snap"), "{names:?}");
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    // Snapshots at 150 and 300 are kept; the log is purged below the older one.
+    assert!(names.iter().any(|n| n == "snapshot-00000000000000000150.snap"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "00000000000000000001.wal"),
+        "the first segment should be purged: {names:?}"
+    );
+    let (p, report) = Pipeline::open(dir.path(), o.clone(), Hooks::default(), Kv::default).unwrap();
+    assert_eq!(report.snapshot.as_ref().and_then(|s| s.applied), Some(Lsn(300)));
+    assert_eq!(report.compare.entries_applied, 100);
+    assert_eq!(report.compare.divergence, None);
+    assert_eq!(p.applied(), (applied, cp));
+    p.close().unwrap();
+    // A damaged newest snapshot: the restart falls back to the older one plus a longer suffix,
+    // says why, and reaches the same state.
+    let newest = dir.path().join("snapshot-00000000000000000300.snap");
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&newest, bytes).unwrap();
+    let (p, report) = Pipeline::open(dir.path(), o.clone(), Hooks::default(), Kv::default).unwrap();
+    assert_eq!(report.snapshot.as_ref().and_then(|s| s.applied), Some(Lsn(150)));
+    assert!(report.snapshots_refused[0].contains("checksum"), "{:?}", report.snapshots_refused);
+    assert_eq!(report.compare.entries_applied, 250);
+    assert_eq!(p.applied(), (applied, cp));
+    p.close().unwrap();
+    // With no usable snapshot the purged log cannot rebuild the state: the open refuses.
+    std::fs::remove_file(dir.path().join("snapshot-00000000000000000150.snap")).unwrap();
+    let err = Pipeline::open(dir.path(), o, Hooks::default(), Kv::default).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("purged"), "{err}");
+}
