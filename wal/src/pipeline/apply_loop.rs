@@ -3,7 +3,7 @@
 //! then notifies, then resolves the caller's promise.
 
 use super::Resolution as Outcome;
-use super::{AfterHook, CommitPolicy, Core, Done, Msg, Notice, Promise};
+use super::{AfterHook, CommitPolicy, Core, Done, Item, Msg, Notice, Promise};
 use crate::state::snapshot::{list_snapshots, write_snapshot};
 use crate::state::{panic_message, Envelope, StateMachine};
 use crate::storage::{complete, Op};
@@ -14,13 +14,11 @@ use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
+/// One submission: a single entry or a user batch, committed together.
 struct Entry {
     tag: u64,
-    lsn: Lsn,
     epoch: Epoch,
-    request_id: Option<u64>,
-    payload: Vec<u8>,
-    promise: Option<Promise<Outcome>>,
+    items: Vec<Item>,
 }
 
 struct Loop<'a, S> {
@@ -99,9 +97,7 @@ pub(crate) fn run<S: StateMachine>(
 impl<S: StateMachine> Loop<'_, S> {
     fn message(&mut self, m: Msg) {
         match m {
-            Msg::Pending { tag, lsn, epoch, request_id, payload, promise } => {
-                self.queue.push_back(Entry { tag, lsn, epoch, request_id, payload, promise });
-            }
+            Msg::Pending { tag, epoch, items } => self.queue.push_back(Entry { tag, epoch, items }),
             Msg::CommitThrough(l) => self.committed = self.committed.max(Some(l)),
             Msg::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
@@ -114,10 +110,11 @@ impl<S: StateMachine> Loop<'_, S> {
     fn advance(&mut self) {
         while let Some(front) = self.queue.front() {
             let Some(outcome) = self.done.get(&front.tag) else { return };
-            if let Ok(lsn) = outcome {
+            if outcome.is_ok() {
+                let last = front.items.last().map_or(Lsn(0), |i| i.lsn);
                 let committed = match self.core.opts.commit {
                     CommitPolicy::Durable => true,
-                    CommitPolicy::External => self.committed.is_some_and(|c| c >= *lsn),
+                    CommitPolicy::External => self.committed.is_some_and(|c| c >= last),
                 };
                 if !committed {
                     return;
@@ -132,58 +129,72 @@ impl<S: StateMachine> Loop<'_, S> {
                     if let Failure::Indeterminate(why) = &f {
                         self.core.fence(format!("the log is fenced: {why}"));
                     }
-                    self.forget(&e);
-                    self.resolve(e.promise, Err(f));
+                    for item in e.items {
+                        self.forget(&item);
+                        self.resolve(item.promise, Err(f.clone()));
+                    }
                 }
             }
         }
     }
 
-    fn forget(&self, e: &Entry) {
-        if let Some(id) = e.request_id {
+    fn forget(&self, item: &Item) {
+        if let Some(id) = item.request_id {
             let mut p = super::lock(&self.core.pending_ids);
-            if p.get(&id) == Some(&e.lsn) {
+            if p.get(&id) == Some(&item.lsn) {
                 p.remove(&id);
             }
         }
     }
 
+    /// Applies a committed submission: every item in LSN order under one write lock (a user
+    /// batch is applied whole), after-hooks after each, then the promises resolve.
     fn apply(&mut self, e: Entry) {
-        let fenced = super::lock(&self.core.fenced).clone();
-        if let Some(why) = fenced {
-            // Durable, so the log will apply it at the next restart; this process will not.
-            self.forget(&e);
-            let f =
-                Failure::Indeterminate(format!("durable but not applied: the pipeline is fenced ({why})"));
-            return self.resolve(e.promise, Err(f));
-        }
-        let mut a = self.core.applier.write().unwrap_or_else(|p| p.into_inner());
-        let applied = match a.apply(e.lsn, e.epoch, &e.payload) {
-            Ok(x) => x,
-            Err(why) => {
-                drop(a);
-                self.core.fence(why.clone());
-                self.forget(&e);
-                return self.resolve(e.promise, Err(Failure::Indeterminate(why)));
-            }
-        };
-        self.since_checkpoint += 1;
-        self.since_snapshot += 1;
-        let body = Envelope::decode(&e.payload).map(|x| (x.kind, x.body));
-        if let Ok((kind, body)) = body {
-            let notice = Notice { lsn: e.lsn, kind, request_id: e.request_id, body, applied: &applied };
-            for hook in &mut self.after {
-                if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(a.state(), &notice))) {
-                    let why = format!("an after-hook panicked at LSN {}: {}", e.lsn, panic_message(&*p));
-                    a.fence(why.clone());
-                    self.core.fence(why);
-                    break;
+        let mut resolved = Vec::with_capacity(e.items.len());
+        {
+            let mut a = self.core.applier.write().unwrap_or_else(|p| p.into_inner());
+            for item in e.items {
+                self.forget(&item);
+                if let Some(why) = super::lock(&self.core.fenced).clone() {
+                    // Durable, so the log applies it at the next restart; this process will not.
+                    let f = format!("durable but not applied: the pipeline is fenced ({why})");
+                    resolved.push((item.promise, Err(Failure::Indeterminate(f))));
+                    continue;
                 }
+                let applied = match a.apply(item.lsn, e.epoch, &item.payload) {
+                    Ok(x) => x,
+                    Err(why) => {
+                        self.core.fence(why.clone());
+                        resolved.push((item.promise, Err(Failure::Indeterminate(why))));
+                        continue;
+                    }
+                };
+                self.since_checkpoint += 1;
+                self.since_snapshot += 1;
+                if let Ok(env) = Envelope::decode(&item.payload) {
+                    let notice = Notice {
+                        lsn: item.lsn,
+                        kind: env.kind,
+                        request_id: item.request_id,
+                        body: env.body,
+                        applied: &applied,
+                    };
+                    for hook in &mut self.after {
+                        if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook(a.state(), &notice))) {
+                            let why =
+                                format!("an after-hook panicked at LSN {}: {}", item.lsn, panic_message(&*p));
+                            a.fence(why.clone());
+                            self.core.fence(why);
+                            break;
+                        }
+                    }
+                }
+                resolved.push((item.promise, Ok(Done { lsn: item.lsn, applied })));
             }
         }
-        self.forget(&e);
-        drop(a);
-        self.resolve(e.promise, Ok(Done { lsn: e.lsn, applied }));
+        for (promise, outcome) in resolved {
+            self.resolve(promise, outcome);
+        }
     }
 
     fn resolve(&self, promise: Option<Promise<Outcome>>, outcome: Outcome) {

@@ -194,15 +194,16 @@ impl RestartReport {
     }
 }
 
+/// One entry of a submission, as the apply thread receives it.
+pub(crate) struct Item {
+    pub(crate) lsn: Lsn,
+    pub(crate) request_id: Option<u64>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) promise: Option<Promise<Resolution>>,
+}
+
 pub(crate) enum Msg {
-    Pending {
-        tag: u64,
-        lsn: Lsn,
-        epoch: crate::Epoch,
-        request_id: Option<u64>,
-        payload: Vec<u8>,
-        promise: Option<Promise<Resolution>>,
-    },
+    Pending { tag: u64, epoch: crate::Epoch, items: Vec<Item> },
     CommitThrough(Lsn),
     Snapshot(Sender<Result<String>>),
     Close,
@@ -392,32 +393,63 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         body: &[u8],
         request_id: Option<u64>,
     ) -> std::result::Result<Option<Promise<Resolution>>, Failure> {
+        let mut promises = self.submit_items(epoch, kind, &[(body, request_id)])?;
+        Ok(promises.pop().flatten())
+    }
+
+    /// Submits a user batch of commands (a job array): one atomic group in the log, so after
+    /// any crash every element exists or none does; applied together, in order. One promise
+    /// per element; an `Err` is Rejected for the whole batch.
+    pub fn submit_batch(
+        &self,
+        bodies: &[(&[u8], Option<u64>)],
+    ) -> std::result::Result<Vec<Promise<Resolution>>, Failure> {
+        let promises = self.submit_items(None, EntryKind::Command, bodies)?;
+        Ok(promises.into_iter().flatten().collect())
+    }
+
+    fn submit_items(
+        &self,
+        epoch: Option<crate::Epoch>,
+        kind: EntryKind,
+        items: &[(&[u8], Option<u64>)],
+    ) -> std::result::Result<Vec<Option<Promise<Resolution>>>, Failure> {
         let core = self.core();
+        if items.is_empty() {
+            return Err(Failure::Rejected("an empty batch".into()));
+        }
         if let Some(why) = lock(&core.fenced).clone() {
             return Err(fenced_failure(kind, core.opts.facts_when_fenced, &why));
         }
-        if request_id == Some(0) {
+        if items.iter().any(|(_, id)| *id == Some(0)) {
             return Err(Failure::Rejected("request id 0 means none; use None".into()));
         }
         {
             let state = core.read();
-            let proposal = Proposal { kind, request_id, body };
-            for hook in &core.pre {
-                let verdict =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(state.state(), &proposal)));
-                match verdict {
-                    Ok(Ok(())) => {}
-                    Ok(Err(why)) => return Err(Failure::Rejected(format!("pre-hook: {why}"))),
-                    Err(p) => {
-                        let why = format!("a pre-hook panicked: {}", crate::state::panic_message(&*p));
-                        core.fence(why.clone());
-                        return Err(Failure::Rejected(why));
+            for &(body, request_id) in items {
+                let proposal = Proposal { kind, request_id, body };
+                for hook in &core.pre {
+                    let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        hook(state.state(), &proposal)
+                    }));
+                    match verdict {
+                        Ok(Ok(())) => {}
+                        Ok(Err(why)) => return Err(Failure::Rejected(format!("pre-hook: {why}"))),
+                        Err(p) => {
+                            let why = format!("a pre-hook panicked: {}", crate::state::panic_message(&*p));
+                            core.fence(why.clone());
+                            return Err(Failure::Rejected(why));
+                        }
                     }
                 }
             }
         }
-        let payload = Envelope::encode(kind, request_id, body);
-        let promise = (kind == EntryKind::Command).then(Promise::new);
+        let payloads: Vec<Vec<u8>> =
+            items.iter().map(|&(body, id)| Envelope::encode(kind, id, body)).collect();
+        let log_payload = match payloads.as_slice() {
+            [one] => Payload::One(one.clone()),
+            _ => Payload::Group(payloads.clone()),
+        };
         let mut sub = lock(&core.submit);
         if sub.closing {
             return Err(Failure::Rejected("the pipeline is closing".into()));
@@ -425,12 +457,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         let tag = sub.next_tag;
         let notify = Notify { tx: core.completions.clone(), tag };
         let epoch = epoch.unwrap_or_else(|| core.log.epoch());
-        let ticket = match core.log.append_with(
-            epoch,
-            Payload::One(payload.clone()),
-            Durability::Durable,
-            Some(notify),
-        ) {
+        let ticket = match core.log.append_with(epoch, log_payload, Durability::Durable, Some(notify)) {
             Ok(t) => t,
             Err(e @ Error::Poisoned { .. }) => {
                 return Err(fenced_failure(kind, core.opts.facts_when_fenced, &e.to_string()))
@@ -438,13 +465,20 @@ impl<S: StateMachine + Sync> Pipeline<S> {
             Err(e) => return Err(Failure::Rejected(e.to_string())),
         };
         sub.next_tag += 1;
-        if let Some(id) = request_id {
-            lock(&core.pending_ids).insert(id, ticket.lsn);
+        let mut out = Vec::with_capacity(items.len());
+        let mut queued = Vec::with_capacity(items.len());
+        for (i, (payload, &(_, request_id))) in payloads.into_iter().zip(items).enumerate() {
+            let lsn = Lsn(ticket.lsn.0 + i as u64);
+            let promise = (kind == EntryKind::Command).then(Promise::new);
+            if let Some(id) = request_id {
+                lock(&core.pending_ids).insert(id, lsn);
+            }
+            out.push(promise.clone());
+            queued.push(Item { lsn, request_id, payload, promise });
         }
         // Under the submit lock: the apply thread learns of entries in LSN order.
-        let msg = Msg::Pending { tag, lsn: ticket.lsn, epoch, request_id, payload, promise: promise.clone() };
-        let _ = core.to_apply.send(msg);
-        Ok(promise)
+        let _ = core.to_apply.send(Msg::Pending { tag, epoch, items: queued });
+        Ok(out)
     }
 
     /// Tells an [`CommitPolicy::External`] pipeline that everything up to `lsn` is committed.
