@@ -207,6 +207,8 @@ pub enum Error {
     /// A snapshot or checkpoint names a format, digest or state-machine version this build does
     /// not know.
     Unsupported(String),
+    /// A reader's position was purged: the log now starts at `first`.
+    PurgedPast { position: u64, first: u64 },
 }
 
 impl Error {
@@ -259,6 +261,9 @@ impl fmt::Display for Error {
             Error::Busy => write!(f, "rejected: the queue is full"),
             Error::BadSnapshot { name, what } => write!(f, "snapshot {name} is unusable: {what}"),
             Error::Unsupported(w) => write!(f, "unsupported version: {w}"),
+            Error::PurgedPast { position, first } => {
+                write!(f, "position {position} was purged; the log now starts at LSN {first}")
+            }
         }
     }
 }

@@ -133,6 +133,11 @@ enum Req {
         below: Lsn,
         reply: Sender<Result<PurgeReport>>,
     },
+    /// A replay of the durable log from an LSN (for tailing readers).
+    Replay {
+        from: Lsn,
+        reply: Sender<Result<crate::replay::Replay>>,
+    },
     Close,
 }
 
@@ -275,6 +280,16 @@ impl AsyncWal {
         rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
     }
 
+    /// A replay of the durable log from `from`, as of now (it sees later batches only if it
+    /// is asked for again). Served by the I/O thread between batches.
+    pub fn replay_from(&self, from: Lsn) -> Result<crate::replay::Replay> {
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        self.tx
+            .send(Req::Replay { from, reply })
+            .map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?;
+        rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
+    }
+
     /// The next LSN an append will take.
     pub fn next_lsn(&self) -> Lsn {
         Lsn(self.shared.lock().next_lsn)
@@ -343,6 +358,9 @@ fn fence(shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>, why: Str
             Req::Purge { reply, .. } => {
                 let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
             }
+            Req::Replay { reply, .. } => {
+                let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
+            }
             Req::Close => close = true,
         }
     }
@@ -369,6 +387,9 @@ fn withdraw_queue(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, failed: &P
             }
             Req::Purge { below, reply } => {
                 let _ = reply.send(wal.purge_before(below));
+            }
+            Req::Replay { from, reply } => {
+                let _ = reply.send(wal.replay_from(Some(from), crate::replay::Bound::Durable));
             }
             Req::Close => close = true,
         }
@@ -410,6 +431,9 @@ fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
                         closing |= commit(&mut wal, shared, rx, &mut batch);
                     }
                     let _ = reply.send(wal.purge_before(below));
+                }
+                Req::Replay { from, reply } => {
+                    let _ = reply.send(wal.replay_from(Some(from), crate::replay::Bound::Durable));
                 }
                 Req::Append { lsn, epoch, payload, durability, ticket } => {
                     let fenced = shared.lock().fenced.clone();

@@ -241,7 +241,16 @@ impl<S: StateMachine> Loop<'_, S> {
             }
             // Only below durable snapshots: write_snapshot synced the file and the directory.
             if let Some((Some(older), _)) = snaps.get(keep_from).filter(|_| snaps.len() >= 2) {
-                self.core.log.purge_before(Lsn(older.0 + 1))?;
+                let mut below = older.0 + 1;
+                // Cursors within the lag cap pin the purge at their position.
+                let end = applied.map_or(0, |a| a.0 + 1);
+                let max_lag = self.core.opts.cursor_pin_max_lag;
+                for &pos in super::lock(&self.core.cursors).values() {
+                    if end.saturating_sub(pos.0) <= max_lag {
+                        below = below.min(pos.0);
+                    }
+                }
+                self.core.log.purge_before(Lsn(below))?;
             }
         }
         Ok(name)

@@ -18,8 +18,10 @@
 //! id, and [`RestartReport::fate_at`] by LSN after a reopen.
 
 mod apply_loop;
+mod cursor;
 mod promise;
 
+pub use cursor::{Cursor, CursorEntry};
 pub use promise::{Callback, Promise};
 
 use crate::error::{Error, Result};
@@ -86,6 +88,9 @@ pub struct PipelineOptions {
     /// is ever unreadable), delete older ones, and purge whole segments below the older kept
     /// one: the log always reaches back to both.
     pub purge_after_snapshot: bool,
+    /// A tailing cursor at most this many entries behind the applied end pins the prefix
+    /// purge at its position; one further behind does not (and may be purged past).
+    pub cursor_pin_max_lag: u64,
     pub facts_when_fenced: FactsWhenFenced,
 }
 
@@ -100,6 +105,7 @@ impl Default for PipelineOptions {
             checkpoint_every: Duration::from_secs(1),
             snapshot_every_entries: None,
             purge_after_snapshot: true,
+            cursor_pin_max_lag: 1 << 20,
             facts_when_fenced: FactsWhenFenced::Indeterminate,
         }
     }
@@ -212,6 +218,7 @@ pub(crate) enum Msg {
 struct Submit {
     next_tag: u64,
     closing: bool,
+    next_cursor: u64,
 }
 
 pub(crate) struct Core<S> {
@@ -220,6 +227,8 @@ pub(crate) struct Core<S> {
     pub(crate) fenced: Mutex<Option<String>>,
     /// Request id → LSN of submissions not yet applied.
     pub(crate) pending_ids: Mutex<HashMap<u64, Lsn>>,
+    /// Open cursors: id → next LSN to read.
+    pub(crate) cursors: Mutex<std::collections::BTreeMap<u64, Lsn>>,
     submit: Mutex<Submit>,
     pre: Vec<PreHook<S>>,
     pub(crate) completions: Sender<crate::ticket::Completion>,
@@ -333,7 +342,8 @@ impl<S: StateMachine + Sync> Pipeline<S> {
             applier: RwLock::new(applier),
             fenced: Mutex::new(fenced.clone()),
             pending_ids: Mutex::new(HashMap::new()),
-            submit: Mutex::new(Submit { next_tag: 1, closing: false }),
+            cursors: Mutex::new(std::collections::BTreeMap::new()),
+            submit: Mutex::new(Submit { next_tag: 1, closing: false, next_cursor: 1 }),
             pre: hooks.pre,
             completions,
             to_apply,
@@ -479,6 +489,18 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         // Under the submit lock: the apply thread learns of entries in LSN order.
         let _ = core.to_apply.send(Msg::Pending { tag, epoch, items: queued });
         Ok(out)
+    }
+
+    /// A tailing cursor that returns committed entries from `from` on.
+    pub fn cursor(&self, from: Lsn) -> Cursor<S> {
+        let core = self.core.as_ref().expect("the core lives until close");
+        let id = {
+            let mut sub = lock(&core.submit);
+            sub.next_cursor += 1;
+            sub.next_cursor
+        };
+        lock(&core.cursors).insert(id, from);
+        Cursor::new(Arc::downgrade(core), id, from)
     }
 
     /// Tells an [`CommitPolicy::External`] pipeline that everything up to `lsn` is committed.
