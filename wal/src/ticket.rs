@@ -28,6 +28,19 @@ pub enum Failure {
     Rejected(String),
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Indeterminate(w) => {
+                write!(f, "indeterminate (the log decides; ask for its fate later): {w}")
+            }
+            Failure::Rejected(w) => write!(f, "rejected (never logged): {w}"),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
 #[derive(Debug, Default)]
 struct State {
     outcome: Option<Result<Lsn, Failure>>,

@@ -7,7 +7,7 @@
 //! entry `L` was applied online, so entries after `L` may precede it in the log. The replayer
 //! therefore keeps the digest reached after each of the last [`CHECKPOINT_MAX_LAG`] applied
 //! entries (40 bytes each) and looks `L` up there. A writer never records a checkpoint further
-//! behind than that (FORMAT.md section 8.2); one that is, is counted as too old, not checked.
+//! behind than that (FORMAT.md section 10.3); one that is, is counted as too old, not checked.
 
 use super::{Applied, Applier, SetDigest, StateMachine, DIGEST_VERSION};
 use crate::log::Checkpoint;

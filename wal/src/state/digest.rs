@@ -1,4 +1,4 @@
-//! The entity-set digest (FORMAT.md section 8): each canonical entity is hashed with blake3 in
+//! The entity-set digest (FORMAT.md section 10.2): each canonical entity is hashed with blake3 in
 //! its own derive-key context, and the hashes are combined by addition modulo 2^256, so the
 //! digest does not depend on the order entities were created in and a mutation updates it in
 //! O(1) (subtract the old entity's hash, add the new one's). The checkpoint value binds the sum
@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(SetDigest::from_bytes(&a.to_bytes()), a);
     }
 
-    /// Pins the definition in FORMAT.md section 8: changing the contexts, the limb order or
+    /// Pins the definition in FORMAT.md section 10.2: changing the contexts, the limb order or
     /// the finalization changes this value, and every recorded checkpoint with it.
     #[test]
     fn digest_definition_is_stable() {

@@ -1,4 +1,4 @@
-//! The entry envelope (FORMAT.md section 8.1): the 16 bytes the pipeline puts in front of the
+//! The entry envelope (FORMAT.md section 10.1): the 16 bytes the pipeline puts in front of the
 //! state machine's own bytes in every entry it logs, so replay knows an entry's kind and request
 //! id without asking the state machine.
 //!

@@ -3,7 +3,7 @@
 //! A controller's authoritative state is a deterministic [`StateMachine`]. Entries reach it
 //! through exactly one function, [`Applier::apply`], online (after commit) and on restart replay
 //! alike, so the two paths cannot drift. The state machine keeps an order-independent digest of
-//! its materialized entity set ([`SetDigest`], defined byte for byte in FORMAT.md section 8),
+//! its materialized entity set ([`SetDigest`], defined byte for byte in FORMAT.md section 10.2),
 //! updated in O(1) per mutation; checkpoints record it in the log and [`Replayer`] compares a
 //! replay against every checkpoint it meets. Snapshots ([`snapshot`]) are the state machine's
 //! export at an LSN, with their own checksum and digest.

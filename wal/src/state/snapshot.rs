@@ -1,4 +1,4 @@
-//! Snapshot files (FORMAT.md section 8.3): a state machine's export at an applied LSN, with the
+//! Snapshot files (FORMAT.md section 10.4): a state machine's export at an applied LSN, with the
 //! apply seam's request-id table, their own checksums, the digest and the versions.
 //!
 //! A snapshot is written to `<name>.tmp`, synced, renamed to `snapshot-<LSN>.snap` and the
