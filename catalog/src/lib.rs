@@ -84,7 +84,7 @@
 //! 24  each entity's canonical form, in increasing id order
 //! ```
 //!
-//! [`Catalog::import`](wal::state::StateMachine::import) checks everything and rebuilds the
+//! `Catalog::import` ([`Catalog::import_bytes`]) checks everything and rebuilds the
 //! digest from the forms it reads: magic, version, zero bytes, ids strictly increasing, every
 //! field as above, every parent already read (so parents precede children, as ids guarantee),
 //! the kind hierarchy, names unique under each parent, the count, and no trailing bytes.
@@ -93,10 +93,12 @@
 
 mod command;
 mod entity;
+mod state;
 mod wire;
 
 pub use command::{Command, Op, Receipt, Refusal, COMMAND_VERSION, RECEIPT_LEN, RECEIPT_VERSION};
 pub use entity::{Entity, EntityId, EntityKind, CANONICAL_FIXED_LEN};
+pub use state::{Catalog, EXPORT_HEADER_LEN, EXPORT_MAGIC, EXPORT_VERSION};
 pub use wire::check_name;
 
 /// The longest name, in bytes.
