@@ -89,14 +89,23 @@
 //! field as above, every parent already read (so parents precede children, as ids guarantee),
 //! the kind hierarchy, names unique under each parent, the count, and no trailing bytes.
 //!
+//! # Queries and diff
+//!
+//! [`Catalog::get`], [`Catalog::lookup`] (by parent and name), [`Catalog::children`],
+//! [`Catalog::len`], [`Catalog::iter`] (id order), [`Catalog::verify`] (self-consistency), and
+//! [`diff`] / [`diff_exports`]: the first N entities in which two states differ and how, for
+//! saying where a digest disagrees.
+//!
 //! [`SetDigest`]: wal::state::SetDigest
 
 mod command;
+mod diff;
 mod entity;
 mod state;
 mod wire;
 
 pub use command::{Command, Op, Receipt, Refusal, COMMAND_VERSION, RECEIPT_LEN, RECEIPT_VERSION};
+pub use diff::{changed_fields, diff, diff_exports, DiffReport, Difference, EntityDiff};
 pub use entity::{Entity, EntityId, EntityKind, CANONICAL_FIXED_LEN};
 pub use state::{Catalog, EXPORT_HEADER_LEN, EXPORT_MAGIC, EXPORT_VERSION};
 pub use wire::check_name;
