@@ -95,3 +95,59 @@ impl Harness {
         self.a.state().digest()
     }
 }
+
+/// A deterministic client: from a pseudo-random word and the state it currently sees, the next
+/// command (mostly valid, sometimes stale, colliding or aimed at the wrong kind).
+pub fn scripted(c: &Catalog, x: u64) -> Command {
+    const NAMES: [&str; 4] = ["orders", "users", "events", "tmp"];
+    let pick = |salt: u64| -> Option<&catalog::Entity> {
+        if c.is_empty() {
+            None
+        } else {
+            c.iter().nth(((x >> salt) % c.len() as u64) as usize)
+        }
+    };
+    let name = NAMES[((x >> 8) % 4) as usize].to_string();
+    let stale = (x >> 20).is_multiple_of(8);
+    match x % 10 {
+        0..=4 => match pick(12) {
+            Some(p) if !(x >> 24).is_multiple_of(6) => Command::Create {
+                parent: Some(p.id),
+                kind: p.kind.child_kind().unwrap_or(EntityKind::Table),
+                name,
+                props: vec![(x >> 32) as u8; ((x >> 40) % 8) as usize],
+            },
+            _ => Command::Create { parent: None, kind: EntityKind::Metalake, name, props: vec![] },
+        },
+        5 | 6 => match pick(12) {
+            Some(e) => Command::Update {
+                id: e.id,
+                expected_version: e.version - stale as u64,
+                props: vec![(x >> 32) as u8 % 3],
+            },
+            None => Command::Update { id: EntityId(1), expected_version: 1, props: vec![] },
+        },
+        7 => match pick(12) {
+            Some(e) => {
+                Command::Rename { id: e.id, expected_version: e.version - stale as u64, new_name: name }
+            }
+            None => Command::Rename { id: EntityId(1), expected_version: 1, new_name: name },
+        },
+        _ => match pick(12) {
+            Some(e) => Command::Drop {
+                id: e.id,
+                expected_version: Some(e.version),
+                cascade: (x >> 16).is_multiple_of(3),
+            },
+            None => Command::Drop { id: EntityId(1), expected_version: None, cascade: false },
+        },
+    }
+}
+
+/// xorshift64: the workload's pseudo-random words.
+pub fn next_word(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
