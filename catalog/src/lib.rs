@@ -1,6 +1,26 @@
 //! The reference state machine: a hierarchical entity catalog (the metadata a catalog server
 //! keeps), applied through `wal`'s one apply seam ([`wal::state::Applier`]).
 //!
+//! ```
+//! use catalog::{Catalog, Command, EntityKind, Receipt};
+//! use wal::state::{Applied, Applier, EntryKind, Envelope, Outcome};
+//! use wal::{Epoch, Lsn};
+//!
+//! let mut seam = Applier::new(Catalog::new(), 0);
+//! let create = Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] };
+//! let entry = Envelope::encode(EntryKind::Command, None, &create.encode());
+//! // After the entry at LSN 7 is committed:
+//! let Applied::Outcome(Outcome::Done(bytes)) = seam.apply(Lsn(7), Epoch(0), &entry).unwrap() else {
+//!     unreachable!()
+//! };
+//! let receipt = Receipt::decode(&bytes).unwrap();
+//! assert_eq!((receipt.id.0, receipt.version), (7, 1)); // the id is the LSN
+//! assert_eq!(seam.state().lookup(None, "lake").unwrap().id, receipt.id);
+//! // The same create again: refused, deterministically, state unchanged.
+//! let again = seam.apply(Lsn(8), Epoch(0), &entry).unwrap();
+//! assert!(matches!(again, Applied::Outcome(Outcome::Refused(why)) if why.starts_with("name exists")));
+//! ```
+//!
 //! # Model
 //!
 //! Entities form a fixed hierarchy: a **metalake** at the root, a **catalog** under a metalake,
@@ -23,13 +43,15 @@
 //! | command | refused when |
 //! |---|---|
 //! | `Create` | the parent does not exist (never created, or dropped: a create naming the id of a dropped parent stays refused after a new parent is created under the same name, because the new one has a new id); the kind does not belong under the parent's kind; a sibling has the name |
-//! | `Rename` | no such entity; stale expected version; a sibling has the new name (of two renames to one name, the first in the log wins) |
+//! | `Rename` | no such entity; stale expected version; a sibling has the new name (of two renames to one name, the first in the log wins). A rename to the entity's own name is accepted and, like every accepted rename and update, advances the version |
 //! | `Update` | no such entity; stale expected version |
 //! | `Drop` | no such entity; stale expected version (when one is given); without `cascade`, the entity has children |
 //!
 //! A refusal is `Outcome::Refused` with the text of a [`Refusal`] and leaves the state
 //! untouched; bytes that do not decode as a command are refused the same way. Commands and facts
-//! (the envelope's entry kind) are applied alike.
+//! (the envelope's entry kind) are applied alike. The catalog keeps no tombstones (they would
+//! grow without bound and belong in the digest), so "never created" and "dropped" are one
+//! refusal; what makes a dropped parent unusable is that its id is never given out again.
 //!
 //! # Encodings (all integers little-endian)
 //!
