@@ -72,8 +72,8 @@ fn online_apply_checkpoint_reopen_and_replay_agree() {
 
     // From the snapshot at 210: only the suffix is replayed, to the same state.
     let names = list_snapshots(&st).unwrap();
-    assert_eq!(names, vec!["snapshot-00000000000000000210.snap".to_string()]);
-    let (base, info) = read_snapshot::<Catalog>(&st, &names[0]).unwrap();
+    assert_eq!(names, vec![(Some(Lsn(210)), "snapshot-00000000000000000210.snap".to_string())]);
+    let (base, info) = read_snapshot::<Catalog>(&st, &names[0].1).unwrap();
     assert_eq!(info.applied, Some(Lsn(210)));
     let (resumed, rep) = replay(&log, base);
     assert_eq!(rep.divergence, None, "{rep:?}");
