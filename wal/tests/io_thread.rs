@@ -180,3 +180,37 @@ fn disk_full_rejects_what_was_never_written_and_the_log_stays_usable() {
     assert!(got.iter().enumerate().all(|(i, e)| e.0 == i as u64 + 1), "LSNs are dense");
     assert_eq!(got.last().unwrap().1, b"after".to_vec());
 }
+
+/// An event loop collects many tickets through one completion channel, each tagged; a user
+/// batch takes consecutive LSNs and resolves as one.
+#[test]
+fn one_completion_channel_collects_many_tickets_and_groups_resolve_whole() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut tickets = Vec::new();
+    for tag in 0..20u64 {
+        let payload = if tag % 5 == 4 {
+            wal::Payload::Group(vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()])
+        } else {
+            wal::Payload::One(format!("entry {tag}").into_bytes())
+        };
+        let notify = wal::Notify { tx: tx.clone(), tag };
+        tickets.push(log.append_with(Epoch(0), payload, Durability::Durable, Some(notify)).unwrap());
+    }
+    let mut got: Vec<wal::Completion> = (0..20).map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap()).collect();
+    got.sort_by_key(|c| c.tag);
+    let mut next = 1u64;
+    for (tag, c) in got.iter().enumerate() {
+        assert_eq!(c.tag, tag as u64);
+        assert_eq!(c.lsn, Lsn(next), "tag {tag}");
+        assert_eq!(c.outcome, Ok(Lsn(next)));
+        assert_eq!(tickets[tag].poll_outcome(), Some(Ok(Lsn(next))), "the ticket agrees with the channel");
+        next += if tag % 5 == 4 { 3 } else { 1 };
+    }
+    assert!(rx.try_recv().is_err(), "exactly one completion per ticket");
+    log.close().unwrap();
+    let entries = reopen(&st);
+    assert_eq!(entries.len() as u64, next - 1);
+    assert_eq!(entries[4], (5, b"a".to_vec()));
+}
