@@ -104,7 +104,8 @@ fn pipeline_round(dir: &std::path::Path, threads: usize, window: usize) -> Run {
     let _ = std::fs::remove_dir_all(dir);
     let opts = PipelineOptions { log: log_opts(), ..PipelineOptions::default() };
     let (p, _) = Pipeline::open(dir, opts, Hooks::default(), Catalog::new).unwrap();
-    let lake = Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] };
+    let lake =
+        Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] };
     let first = p.submit(&lake.encode(), None).unwrap().wait().unwrap();
     assert_eq!(first.lsn.0, 1, "the metalake's id must be 1");
     let p = Arc::new(p);
@@ -172,9 +173,14 @@ fn main() {
     for (i, (name, _, _)) in work.iter().enumerate() {
         let v = &results[i];
         let ops: Vec<f64> = v.iter().map(|r| r.ops).collect();
-        let (lo, hi) = (ops.iter().cloned().fold(f64::MAX, f64::min), ops.iter().cloned().fold(0.0, f64::max));
-        let mid = v.iter().min_by(|a, b| (a.ops - meds[i]).abs().partial_cmp(&(b.ops - meds[i]).abs()).unwrap()).unwrap();
-        let vs = if name.starts_with("pipeline") { format!("{:.2}x", meds[i] / meds[i - 1]) } else { "-".into() };
+        let (lo, hi) =
+            (ops.iter().cloned().fold(f64::MAX, f64::min), ops.iter().cloned().fold(0.0, f64::max));
+        let mid = v
+            .iter()
+            .min_by(|a, b| (a.ops - meds[i]).abs().partial_cmp(&(b.ops - meds[i]).abs()).unwrap())
+            .unwrap();
+        let vs =
+            if name.starts_with("pipeline") { format!("{:.2}x", meds[i] / meds[i - 1]) } else { "-".into() };
         println!(
             "{name:<14} {:>10.0} {lo:>10.0} {hi:>10.0} {:>9.0} {:>9.0} {vs:>12}",
             meds[i],

@@ -63,6 +63,11 @@ pub struct Options {
     /// Prepare the next segment (create, zero-fill, sync, directory sync) on a helper thread as
     /// soon as one is activated, so rotation does not stall an append.
     pub prepare_in_background: bool,
+    /// A size budget for the segment files (spares included): a rotation that would need a
+    /// new file beyond it fails with [`Error::DiskFull`] before the file system is full, with
+    /// the same outcome as a real disk full (the entry is refused, the log stays usable).
+    /// `None`: only the file system limits the log.
+    pub max_log_bytes: Option<u64>,
 }
 
 impl Default for Options {
@@ -77,6 +82,7 @@ impl Default for Options {
             log_id: None,
             backend: Backend::Auto,
             prepare_in_background: true,
+            max_log_bytes: None,
         }
     }
 }
@@ -500,6 +506,7 @@ impl Wal {
                 f
             }
         } else {
+            self.check_budget("a new segment")?;
             self.create_segment(&name, seg_len)?
         };
         self.spares.retain(|&s| s != seq);
@@ -517,6 +524,27 @@ impl Wal {
         Ok(())
     }
 
+    /// Segment files on disk: the ones holding records, the active one, spares.
+    fn segment_files(&self) -> u64 {
+        let active_unlisted =
+            self.active.as_ref().is_some_and(|a| self.segments.last().map(|s| s.seq) != Some(a.seq));
+        (self.segments.len() + self.spares.len() + usize::from(active_unlisted)) as u64
+    }
+
+    /// Refuses one more segment file beyond the size budget.
+    fn check_budget(&self, what: &str) -> Result<()> {
+        let Some(budget) = self.opts.max_log_bytes else { return Ok(()) };
+        let need = (self.segment_files() + 1) * u64::from(self.opts.segment_len_bytes);
+        if need > budget {
+            return Err(Error::DiskFull {
+                context: format!(
+                    "creating {what}: the log's size budget of {budget} bytes would be exceeded ({need})"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn create_segment(&mut self, name: &str, len: u32) -> Result<FileId> {
         let st = self.storage.clone();
         st.prepare_file(name, len.into()).map_err(|e| self.fail_io(format!("preparing {name}"), e))?;
@@ -526,7 +554,11 @@ impl Wal {
     /// Prepares segment `seq` (zero-filled, synced, durable in the directory) on a helper thread,
     /// so the rotation that needs it does not wait for it.
     pub(crate) fn prepare_next(&mut self, seq: u64) {
-        if !self.opts.prepare_in_background || self.spares.contains(&seq) || self.preparing.is_some() {
+        if !self.opts.prepare_in_background
+            || self.spares.contains(&seq)
+            || self.preparing.is_some()
+            || self.check_budget("a spare segment").is_err()
+        {
             return;
         }
         let (st, name, len) =

@@ -53,6 +53,11 @@ impl Wal {
                 "segment_len_bytes {seg_len} must be a multiple of {SECTOR} between {MIN_SEGMENT_LEN} and {MAX_SEGMENT_LEN}"
             )));
         }
+        if opts.max_log_bytes.is_some_and(|b| b < 2 * u64::from(seg_len)) {
+            return Err(Error::InvalidArgument(format!(
+                "max_log_bytes must allow at least two segments of {seg_len} bytes (a rotation needs both)"
+            )));
+        }
         let room =
             footer_offset(seg_len) - SEGMENT_HEADER_LEN - FRAME_LEN - STATE_MAX_LEN - RECORD_HEADER_LEN;
         let most = (room as u32).min(MAX_PAYLOAD_LEN) & !(ALIGN as u32 - 1);

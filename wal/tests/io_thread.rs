@@ -198,7 +198,8 @@ fn one_completion_channel_collects_many_tickets_and_groups_resolve_whole() {
         let notify = wal::Notify { tx: tx.clone(), tag };
         tickets.push(log.append_with(Epoch(0), payload, Durability::Durable, Some(notify)).unwrap());
     }
-    let mut got: Vec<wal::Completion> = (0..20).map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap()).collect();
+    let mut got: Vec<wal::Completion> =
+        (0..20).map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap()).collect();
     got.sort_by_key(|c| c.tag);
     let mut next = 1u64;
     for (tag, c) in got.iter().enumerate() {

@@ -1,0 +1,146 @@
+//! Running out of space (DESIGN.md I6: disk full is its own error, the log stays usable) on a
+//! real, small file system and against the configured size budget.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use wal::storage::MemStorage;
+use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Error, Failure, Options, Wal};
+
+const SEG: u32 = 64 * 1024;
+
+/// A tmpfs of `size` bytes mounted for one test and unmounted (and removed) when dropped.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    /// `None` when this machine does not let the test mount (not root, no tmpfs): the caller
+    /// says so and skips.
+    fn mount(size: u64) -> Option<SmallFs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallFs { dir })
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("log")
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// Fills the file system until a write fails with ENOSPC; returns the filler's path.
+fn fill(root: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = root.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![0xa5u8; 4096];
+    for _ in 0..1_000_000 {
+        if let Err(e) = f.write_all(&block) {
+            assert_eq!(e.raw_os_error(), Some(28), "{e}");
+            break;
+        }
+    }
+    let _ = f.sync_all();
+    path
+}
+
+fn opts() -> Options {
+    Options { segment_len_bytes: SEG, ..Options::default() }
+}
+
+/// Appends 1 KiB entries through the I/O thread until one is refused; returns the acknowledged
+/// LSNs and the refusal.
+fn append_until_refused(log: &AsyncWal) -> (Vec<u64>, Failure) {
+    let mut acked = Vec::new();
+    for i in 0..100_000u64 {
+        let t = log.append(Epoch(0), vec![(i % 251) as u8; 1024], Durability::Durable).unwrap();
+        match t.wait() {
+            Ok(lsn) => acked.push(lsn.0),
+            Err(f) => return (acked, f),
+        }
+    }
+    panic!("never ran out of space");
+}
+
+fn entries(dir: &Path) -> Vec<(u64, Vec<u8>)> {
+    let (log, _) = Wal::open(dir, Options { read_only: true, ..opts() }).unwrap();
+    log.replay().unwrap().collect_entries().unwrap()
+}
+
+#[test]
+fn a_real_full_file_system_refuses_the_entry_keeps_the_log_and_recovers_while_full() {
+    let Some(fs) = SmallFs::mount(448 * 1024) else {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let dir = fs.path();
+    // Ballast that the test frees at the end to make room for one more segment.
+    let ballast = fs.dir.path().join("ballast");
+    std::fs::write(&ballast, vec![1u8; 2 * SEG as usize]).unwrap();
+    let (wal, _) = Wal::open(&dir, opts()).unwrap();
+    let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap();
+    let (acked, refused) = append_until_refused(&log);
+    assert!(matches!(refused, Failure::Rejected(ref why) if why.contains("disk full")), "{refused:?}");
+    assert!(acked.len() > 100, "only {} entries fit", acked.len());
+    // Not fenced: the log takes appends again once there is room (here: never, so it refuses
+    // again, still as Rejected, and still without fencing).
+    let again = log.append(Epoch(0), vec![1; 1024], Durability::Durable).unwrap().wait();
+    assert!(matches!(again, Err(Failure::Rejected(_))), "{again:?}");
+    // Closing on a full disk: the footer and wal.meta still fit (the footer slot is
+    // preallocated; wal.meta is replaced by a 64-byte file).
+    log.close().unwrap();
+    let got = entries(&dir);
+    assert_eq!(got.iter().map(|e| e.0).collect::<Vec<_>>(), acked, "an acknowledged entry was lost");
+    // Recovery on a file system with no free byte at all.
+    let filler = fill(fs.dir.path());
+    let (wal, report) = Wal::open(&dir, opts()).unwrap();
+    assert_eq!(report.verdict, wal::CrcVerdict::Ok);
+    assert_eq!(wal.replay().unwrap().collect_entries().unwrap().len(), acked.len());
+    let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap();
+    // Room again: appends resume at the next LSN.
+    std::fs::remove_file(filler).unwrap();
+    std::fs::remove_file(ballast).unwrap();
+    let t = log.append(Epoch(0), b"after".to_vec(), Durability::Durable).unwrap();
+    assert_eq!(t.wait(), Ok(wal::Lsn(acked.len() as u64 + 1)));
+    log.close().unwrap();
+    assert_eq!(entries(&dir).last().unwrap().1, b"after".to_vec());
+}
+
+#[test]
+fn the_size_budget_refuses_before_the_file_system_is_full() {
+    let st = MemStorage::new();
+    let o = Options { max_log_bytes: Some(3 * u64::from(SEG)), ..opts() };
+    let (wal, _) = Wal::open_with(Arc::new(st.clone()), o.clone()).unwrap();
+    let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap();
+    let (acked, refused) = append_until_refused(&log);
+    assert!(matches!(refused, Failure::Rejected(ref why) if why.contains("size budget")), "{refused:?}");
+    log.close().unwrap();
+    let segs = st.state().file_names().iter().filter(|n| n.ends_with(".wal")).count();
+    assert_eq!(segs, 3, "the budget allows exactly three segment files");
+    // The synchronous API says the same, as its own error, and the log stays usable: a purge
+    // frees a segment and the next append goes through.
+    let (mut wal, _) = Wal::open_with(Arc::new(st.clone()), o.clone()).unwrap();
+    let err = loop {
+        if let Err(e) = wal.append(Epoch(0), &[3; 1024]).and_then(|_| wal.flush()) {
+            break e;
+        }
+    };
+    assert!(matches!(err, Error::DiskFull { .. }), "{err}");
+    assert!(!wal.is_poisoned());
+    let first_kept = wal::Lsn(acked[acked.len() / 2]);
+    wal.purge_before(first_kept).unwrap();
+    wal.append(Epoch(0), b"after the purge").unwrap();
+    wal.close().unwrap();
+    let bad = Wal::open_with(Arc::new(st), Options { max_log_bytes: Some(u64::from(SEG)), ..o });
+    assert!(matches!(bad, Err(Error::InvalidArgument(_))), "a budget below two segments is refused");
+}
