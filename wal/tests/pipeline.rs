@@ -281,6 +281,14 @@ fn a_restart_rebuilds_the_state_checks_checkpoints_and_keeps_dropping_duplicates
     assert_eq!(lsn, Lsn(51));
     assert_eq!(p.fate(3), RequestFate::Applied { lsn: Lsn(3), refused: false });
     p.close().unwrap();
+    // The window is recorded in the log: reopening with another one would replay duplicates
+    // differently, so it is refused.
+    let (wal, open) = Wal::open_with(Arc::new(st.clone()), opts().log).unwrap();
+    let other = PipelineOptions { dedupe_window: 999, ..opts() };
+    let err = Pipeline::start(wal, open, Arc::new(MemStorage::new()), other, Hooks::default(), Kv::default)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("dedupe window of 1000"), "{err}");
 }
 
 /// DESIGN.md I8: a restart whose replay disagrees with a recorded checkpoint starts fenced and

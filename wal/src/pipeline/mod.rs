@@ -299,6 +299,19 @@ impl<S: StateMachine + Sync> Pipeline<S> {
             ));
         }
         let log_id = wal.log_id();
+        let mut wal = wal;
+        match crate::state::recorded_dedupe_window(wal.meta(crate::state::DEDUPE_WINDOW_META_KEY)) {
+            Some(w) if w != opts.dedupe_window => {
+                return Err(Error::InvalidArgument(format!(
+                    "this log was written with a dedupe window of {w} LSNs; the options say {} \
+                     (replay would drop different duplicates)",
+                    opts.dedupe_window
+                )));
+            }
+            Some(_) => {}
+            None if opts.log.read_only => {}
+            None => wal.set_meta(crate::state::DEDUPE_WINDOW_META_KEY, &opts.dedupe_window.to_le_bytes())?,
+        }
         let (base, snapshot, refused) = newest_snapshot::<S>(&*snapshots, &wal, log_id, opts.dedupe_window)?;
         let applier = match base {
             Some(a) => a,
@@ -326,7 +339,6 @@ impl<S: StateMachine + Sync> Pipeline<S> {
             (None, None) => None,
         };
         let recovered_end = wal.next_lsn().0.checked_sub(1).map(Lsn).filter(|_| wal.first_lsn().is_some());
-        let mut wal = wal;
         if let (Some(l), None, false, true) =
             (applier.applied(), &fenced, opts.log.read_only, compare.unchecked_entries > 0)
         {

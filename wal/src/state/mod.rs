@@ -22,6 +22,16 @@ pub use envelope::{EntryKind, Envelope, ENVELOPE_LEN, ENVELOPE_VERSION};
 
 use crate::{Epoch, Lsn};
 
+/// The log metadata key under which the pipeline records its dedupe window (u64 LE), so every
+/// replay of the log (a restart, `walcheck`) drops duplicates exactly as the online path did.
+pub const DEDUPE_WINDOW_META_KEY: u32 = 0xC7A1_0001;
+
+/// The dedupe window recorded in a log's metadata, if any (see [`DEDUPE_WINDOW_META_KEY`]).
+pub fn recorded_dedupe_window(meta_value: Option<&[u8]>) -> Option<u64> {
+    let v: [u8; 8] = meta_value?.try_into().ok()?;
+    Some(u64::from_le_bytes(v))
+}
+
 /// One committed entry as the state machine sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Committed<'a> {
