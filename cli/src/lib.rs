@@ -1,5 +1,23 @@
 //! `walcheck`: what an operator runs after a restart or in an incident.
 //!
+//! `verify` gives the CRC verdict and, by replaying the log through the state machine's own
+//! apply function (the reference catalog by default), the state verdict. A controller with its
+//! own state machine builds its own `walcheck` in a few lines with [`run_with`]:
+//!
+//! ```no_run
+//! # use wal::state::{Committed, Outcome, SetDigest, StateMachine};
+//! # struct MyState;
+//! # impl StateMachine for MyState {
+//! #     const VERSION: u32 = 1;
+//! #     fn apply(&mut self, _: &Committed<'_>) -> Outcome { Outcome::Done(vec![]) }
+//! #     fn digest(&self) -> SetDigest { SetDigest::EMPTY }
+//! #     fn export(&self, _: &mut dyn std::io::Write) -> std::io::Result<()> { Ok(()) }
+//! #     fn import(_: &[u8]) -> Result<Self, String> { Ok(MyState) }
+//! # }
+//! let spec = verifier::state::StateMachineSpec { name: "my-state", fresh: || MyState, diff: |_, _, _| Vec::new() };
+//! std::process::exit(walcheck::run_with(std::env::args_os(), &spec));
+//! ```
+//!
 //! Exit codes (DESIGN.md): 0 OK, 1 TORN_TAIL, 2 CORRUPT_TAIL, 3 CORRUPT, 4 DIVERGENT, 5 IO_ERROR,
 //! 6 UNSUPPORTED_VERSION, 64 usage error. The most severe verdict wins. A closed output pipe ends
 //! quietly with the verdict's code, never with 0 for a bad log.
@@ -9,9 +27,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use verifier::compare::compare_replicas;
 use verifier::report::{describe, EXIT_IO_ERROR};
+use verifier::state::{check_state, StateMachineSpec, StateOptions};
 use verifier::{Progress, VerifyOptions};
 use wal::format::{segment_file_name, Kind, META_FILE_NAME};
+use wal::state::StateMachine;
 use wal::CrcVerdict;
 
 /// Exit code for bad arguments.
@@ -29,10 +50,28 @@ enum Cmd {
     /// Check every record's checksum and the chain, and print the CRC and state verdicts.
     Verify {
         dir: PathBuf,
-        /// Only segment continuity from headers and footers (records are not read).
+        /// Only segment continuity from headers and footers (records are not read, nothing is
+        /// replayed: the state is NOT_CHECKED).
         #[arg(long)]
         quick: bool,
         /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Start the replay from this snapshot (for a log whose prefix was purged).
+        #[arg(long, value_name = "SNAPSHOT")]
+        base: Option<PathBuf>,
+        /// Also compare the replayed state with this exported state (a snapshot file), at its LSN.
+        #[arg(long, value_name = "SNAPSHOT")]
+        state: Option<PathBuf>,
+        /// How many differing entities to name when a state differs.
+        #[arg(long, default_value_t = 10)]
+        max_differences: usize,
+    },
+    /// Check that replicas hold the same entries by LSN and the same state at the highest LSN
+    /// they all have.
+    Compare {
+        #[arg(required = true, num_args = 2..)]
+        dirs: Vec<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -99,9 +138,36 @@ impl Out {
     }
 }
 
-/// Runs walcheck with these arguments (the first is the program name); returns the exit code.
+/// The reference catalog, the state machine `walcheck` replays by default.
+pub fn catalog_spec() -> StateMachineSpec<catalog::Catalog> {
+    StateMachineSpec {
+        name: "catalog",
+        fresh: catalog::Catalog::new,
+        diff: |a, b, limit| {
+            let d = catalog::diff(a, b, limit);
+            let mut lines: Vec<String> = d.first.iter().map(|e| format!("replay vs state: {e}")).collect();
+            if d.total > d.first.len() as u64 {
+                lines.push(format!("... {} differences in all", d.total));
+            }
+            lines
+        },
+    }
+}
+
+/// Runs walcheck with these arguments (the first is the program name) and the reference
+/// catalog; returns the exit code.
 pub fn run<I, T>(args: I) -> i32
 where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    run_with(args, &catalog_spec())
+}
+
+/// Runs walcheck replaying through `spec`'s state machine.
+pub fn run_with<S, I, T>(args: I, spec: &StateMachineSpec<S>) -> i32
+where
+    S: StateMachine,
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
@@ -113,18 +179,35 @@ where
             return code;
         }
     };
-    let dir = match &cli.cmd {
+    let dirs: Vec<&PathBuf> = match &cli.cmd {
         Cmd::Verify { dir, .. } | Cmd::Dump { dir, .. } | Cmd::Stat { dir, .. } | Cmd::Repair { dir, .. } => {
-            dir
+            vec![dir]
         }
+        Cmd::Compare { dirs, .. } => dirs.iter().collect(),
     };
-    if !dir.is_dir() {
-        eprintln!("walcheck: {}: not a directory", dir.display());
-        return EXIT_USAGE;
+    for dir in dirs {
+        if !dir.is_dir() {
+            eprintln!("walcheck: {}: not a directory", dir.display());
+            return EXIT_USAGE;
+        }
+    }
+    if let Cmd::Verify { base: Some(p), .. } | Cmd::Verify { state: Some(p), .. } = &cli.cmd {
+        if !p.is_file() {
+            eprintln!("walcheck: {}: not a file", p.display());
+            return EXIT_USAGE;
+        }
     }
     let mut out = Out::new();
     match &cli.cmd {
-        Cmd::Verify { dir, quick, json } => verify(&mut out, dir, *quick, *json),
+        Cmd::Verify { dir, quick, json, base, state, max_differences } => {
+            let st = StateOptions { base: base.clone(), state: state.clone(), diff_limit: *max_differences };
+            if *quick && (base.is_some() || state.is_some()) {
+                eprintln!("walcheck: --quick does not replay; --base and --state need a full verify");
+                return EXIT_USAGE;
+            }
+            verify(&mut out, dir, *quick, *json, &st, spec)
+        }
+        Cmd::Compare { dirs, json } => compare(&mut out, dirs, *json, spec),
         Cmd::Stat { dir, json } => stat(&mut out, dir, *json),
         Cmd::Dump { dir, json, payload, max_payload_bytes } => {
             dump(&mut out, dir, *json, *payload, *max_payload_bytes)
@@ -155,9 +238,19 @@ fn end_progress(enabled: bool) {
     }
 }
 
-fn verify(out: &mut Out, dir: &Path, quick: bool, json: bool) -> i32 {
-    let report = verifier::verify(dir, &VerifyOptions { quick }, &mut progress(!json));
+fn verify<S: StateMachine>(
+    out: &mut Out,
+    dir: &Path,
+    quick: bool,
+    json: bool,
+    st: &StateOptions,
+    spec: &StateMachineSpec<S>,
+) -> i32 {
+    let mut report = verifier::verify(dir, &VerifyOptions { quick }, &mut progress(!json));
     end_progress(!json);
+    if !quick && report.io_error.is_none() {
+        report.state = Some(check_state(dir, report.crc, st, spec));
+    }
     if json {
         out.line(&report.to_json().to_string());
     } else {
@@ -169,6 +262,52 @@ fn verify(out: &mut Out, dir: &Path, quick: bool, json: bool) -> i32 {
         eprintln!("walcheck: {e}");
     }
     report.exit_code()
+}
+
+fn compare<S: StateMachine>(out: &mut Out, dirs: &[PathBuf], json: bool, spec: &StateMachineSpec<S>) -> i32 {
+    let report = compare_replicas(dirs, spec);
+    let codes: Vec<i32> = report
+        .replicas
+        .iter()
+        .map(|r| match r.crc {
+            "OK" => 0,
+            "TORN_TAIL" => 1,
+            "CORRUPT_TAIL" => 2,
+            "CORRUPT" => 3,
+            "UNSUPPORTED_VERSION" => 6,
+            _ => EXIT_IO_ERROR,
+        })
+        .collect();
+    if json {
+        out.line(&report.to_json().to_string());
+    } else {
+        let why = match &report.verdict {
+            verifier::compare::ReplicaVerdict::Agree => String::new(),
+            verifier::compare::ReplicaVerdict::Differ(w)
+            | verifier::compare::ReplicaVerdict::NotChecked(w) => {
+                format!(": {w}")
+            }
+        };
+        let range = report.common.map_or("-".to_string(), |(a, b)| format!("{a}..{b}"));
+        out.line(&format!(
+            "replicas {}  common LSN {range}, {} entries compared{why}",
+            report.verdict.word(),
+            report.entries_compared
+        ));
+        for r in &report.replicas {
+            let o = |v: Option<wal::Lsn>| v.map_or("-".to_string(), |l| l.0.to_string());
+            out.line(&format!(
+                "  {}  CRC {}  LSN {}..{}  digest {}  entities {}",
+                r.dir.display(),
+                r.crc,
+                o(r.first_lsn),
+                o(r.last_lsn),
+                r.digest.as_deref().map_or("-", |d| &d[..16.min(d.len())]),
+                r.entity_count.map_or("-".to_string(), |c| c.to_string())
+            ));
+        }
+    }
+    report.exit_code(&codes)
 }
 
 fn stat(out: &mut Out, dir: &Path, json: bool) -> i32 {

@@ -15,8 +15,10 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod compare;
 pub mod pread;
 pub mod report;
+pub mod state;
 
 pub use report::{Report, Stats};
 

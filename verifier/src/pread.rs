@@ -124,8 +124,14 @@ impl Storage for ReadOnlyDir {
         Err(read_only())
     }
 
-    fn lock(&self, _: bool) -> io::Result<LockGuard> {
-        Err(read_only())
+    /// A shared lock never blocks the verifier and never creates the lock file: a live writer
+    /// is detected separately ([`ReadOnlyDir::writer_holds_lock`]) and reported as live. An
+    /// exclusive lock is a writer's, refused.
+    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
+        if exclusive {
+            return Err(read_only());
+        }
+        Ok(LockGuard::new(Box::new(())))
     }
 
     fn prepare_file(&self, _: &str, _: u64) -> io::Result<()> {

@@ -52,6 +52,8 @@ pub struct Report {
     /// On a live log: the unattested tail that is being written, not judged.
     pub live_tail: Option<Damage>,
     pub stats: Stats,
+    /// The state verdict, when the log was replayed (walcheck part 2).
+    pub state: Option<crate::state::StateReport>,
 }
 
 impl Report {
@@ -65,6 +67,7 @@ impl Report {
             live: false,
             live_tail: None,
             stats: Stats::default(),
+            state: None,
         }
     }
 
@@ -77,18 +80,19 @@ impl Report {
         }
     }
 
-    /// The state verdict word. Replay against checkpoints arrives with walcheck part 2; until
-    /// then nothing is replayed and CLEAN is never claimed.
+    /// The state verdict word: NOT_CHECKED unless the log was replayed (CLEAN is never claimed
+    /// for a check that did not replay).
     pub fn state_word(&self) -> &'static str {
-        "NOT_CHECKED"
+        self.state.as_ref().map_or("NOT_CHECKED", |s| s.verdict.word())
     }
 
     /// walcheck's exit code: the most severe of the verdicts.
     pub fn exit_code(&self) -> i32 {
+        let state = self.state.as_ref().map_or(0, |s| s.verdict.exit_code());
         if self.io_error.is_some() {
-            return EXIT_IO_ERROR.max(self.crc.exit_code());
+            return EXIT_IO_ERROR.max(self.crc.exit_code()).max(state);
         }
-        self.crc.exit_code()
+        self.crc.exit_code().max(state)
     }
 
     pub fn to_json(&self) -> Value {
@@ -103,6 +107,7 @@ impl Report {
             "damage": self.damage.as_ref().map(damage_json),
             "live_tail": self.live_tail.as_ref().map(damage_json),
             "io_error": self.io_error,
+            "state_detail": self.state.as_ref().map(|s| s.to_json()),
             "stats": {
                 "segments": s.segments, "sealed": s.sealed, "spares": s.spares, "leftovers": s.leftovers,
                 "floor_segment": s.floor_segment, "bytes": s.bytes, "records": s.records,
@@ -125,6 +130,7 @@ impl Report {
             let code = match word {
                 "OK" | "CLEAN" => "32",
                 "NOT_CHECKED" => "2",
+                "UNSUPPORTED_VERSION" => "35;1",
                 "TORN_TAIL" | "CORRUPT_TAIL" => "33",
                 _ => "31;1",
             };
@@ -142,6 +148,12 @@ impl Report {
         }
         if let Some(e) = &self.io_error {
             out += &format!("  could not read the log: {e}\n");
+        }
+        if let Some(st) = &self.state {
+            out += &format!("  {} {}\n", st.verdict.word(), st.summary());
+            for d in st.state.iter().flat_map(|c| &c.differences) {
+                out += &format!("    {d}\n");
+            }
         }
         if self.live {
             out += "  a writer holds this log (live): its unattested last batch is not judged\n";

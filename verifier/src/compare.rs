@@ -1,0 +1,249 @@
+//! Replica comparison (`walcheck compare`): several nodes' logs must hold the same entries at
+//! the same LSNs (the Raft index in replicated mode; each node's own metadata and checkpoint
+//! records are ignored) and reach the same state digest at the highest LSN they all have.
+//! Each log is read pread-only, once, all of them in lockstep.
+
+use crate::pread::ReadOnlyDir;
+use crate::state::{StateMachineSpec, DEFAULT_DEDUPE_WINDOW};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use wal::replay::{ItemKind, Replay};
+use wal::state::{recorded_dedupe_window, Applier, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY};
+use wal::{Bound, Lsn, Options, RecoveryMode, Wal};
+
+/// The verdict of a comparison.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicaVerdict {
+    /// Same entries over the common range and the same digest at its end.
+    Agree,
+    /// The first difference, with where.
+    Differ(String),
+    /// The logs could not be compared, with why.
+    NotChecked(String),
+}
+
+impl ReplicaVerdict {
+    pub fn word(&self) -> &'static str {
+        match self {
+            ReplicaVerdict::Agree => "AGREE",
+            ReplicaVerdict::Differ(_) => "DIVERGENT",
+            ReplicaVerdict::NotChecked(_) => "NOT_CHECKED",
+        }
+    }
+}
+
+/// One replica's part of the comparison.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    pub dir: PathBuf,
+    pub crc: &'static str,
+    pub first_lsn: Option<Lsn>,
+    pub last_lsn: Option<Lsn>,
+    /// The state digest at the common end (hex), when replayed from the start.
+    pub digest: Option<String>,
+    pub entity_count: Option<u64>,
+}
+
+/// What `walcheck compare` found.
+#[derive(Clone, Debug)]
+pub struct ReplicaReport {
+    pub verdict: ReplicaVerdict,
+    pub replicas: Vec<Replica>,
+    /// The LSN range all replicas hold.
+    pub common: Option<(Lsn, Lsn)>,
+    pub entries_compared: u64,
+}
+
+impl ReplicaReport {
+    /// 0 when they agree, 4 (DIVERGENT) when they differ, else the worst CRC code.
+    pub fn exit_code(&self, crc_codes: &[i32]) -> i32 {
+        let worst = crc_codes.iter().copied().max().unwrap_or(0);
+        match self.verdict {
+            ReplicaVerdict::Agree => worst,
+            ReplicaVerdict::Differ(_) => worst.max(4),
+            ReplicaVerdict::NotChecked(_) => worst,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "verdict": self.verdict.word(),
+            "reason": match &self.verdict { ReplicaVerdict::Agree => None, ReplicaVerdict::Differ(w) | ReplicaVerdict::NotChecked(w) => Some(w.clone()) },
+            "common": self.common.map(|(a, b)| json!([a.0, b.0])),
+            "entries_compared": self.entries_compared,
+            "replicas": self.replicas.iter().map(|r| json!({
+                "dir": r.dir.display().to_string(), "crc": r.crc,
+                "first_lsn": r.first_lsn.map(|l| l.0), "last_lsn": r.last_lsn.map(|l| l.0),
+                "digest": r.digest, "entity_count": r.entity_count,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The next entry of `r` (checkpoints go to `rp`), copied out; `None` at the end or damage.
+fn next_entry<S: StateMachine>(r: &mut Replay, rp: &mut Replayer<S>, end: Lsn) -> Option<(Lsn, Vec<u8>)> {
+    while let Some(Ok(item)) = r.next() {
+        match item.kind {
+            ItemKind::Checkpoint(cp) => rp.checkpoint(item.lsn, &cp),
+            ItemKind::Entry if item.lsn > end => return None,
+            ItemKind::Entry => {
+                rp.entry(item.lsn, item.epoch, item.payload);
+                return Some((item.lsn, item.payload.to_vec()));
+            }
+        }
+    }
+    None
+}
+
+/// Compares the logs in `dirs` (at least two).
+pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSpec<S>) -> ReplicaReport {
+    let mut report = ReplicaReport {
+        verdict: ReplicaVerdict::Agree,
+        replicas: Vec::new(),
+        common: None,
+        entries_compared: 0,
+    };
+    let mut logs = Vec::new();
+    for dir in dirs {
+        let crc = crate::verify(dir, &crate::VerifyOptions::default(), &mut |_| {});
+        let opts =
+            Options { recovery: RecoveryMode::Salvage, read_only: true, create: false, ..Options::default() };
+        let opened = Wal::open_with(Arc::new(ReadOnlyDir::new(dir)), opts);
+        let (first, last) = match &opened {
+            Ok((w, _)) => (w.first_lsn(), w.first_lsn().and(w.next_lsn().0.checked_sub(1)).map(Lsn)),
+            Err(_) => (None, None),
+        };
+        report.replicas.push(Replica {
+            dir: dir.clone(),
+            crc: crc.crc_word(),
+            first_lsn: first,
+            last_lsn: last,
+            digest: None,
+            entity_count: None,
+        });
+        match opened {
+            Ok((w, _))
+                if matches!(crc.crc, wal::CrcVerdict::Ok | wal::CrcVerdict::TornTail)
+                    && crc.io_error.is_none() =>
+            {
+                logs.push(w)
+            }
+            Ok(_) => {
+                report.verdict = ReplicaVerdict::NotChecked(format!(
+                    "{} is {}: compare after repair",
+                    dir.display(),
+                    crc.crc_word()
+                ));
+                return report;
+            }
+            Err(e) => {
+                report.verdict = ReplicaVerdict::NotChecked(format!("{}: {e}", dir.display()));
+                return report;
+            }
+        }
+    }
+    let lo = report.replicas.iter().map(|r| r.first_lsn).max().flatten();
+    let hi = report.replicas.iter().map(|r| r.last_lsn).min().flatten();
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        report.verdict = ReplicaVerdict::NotChecked("a replica holds no entries".into());
+        return report;
+    };
+    if lo > hi {
+        report.verdict =
+            ReplicaVerdict::NotChecked(format!("the replicas share no LSN (common start {lo}, end {hi})"));
+        return report;
+    }
+    report.common = Some((lo, hi));
+    // Digests need the whole history: only replicas whose prefix is intact are replayed from
+    // the start; entries are compared over the common range regardless.
+    let full = logs.iter().all(|w| !w.prefix_purged());
+    let mut replays = Vec::new();
+    let mut replayers = Vec::new();
+    for w in &logs {
+        let window = recorded_dedupe_window(w.meta(DEDUPE_WINDOW_META_KEY)).unwrap_or(DEFAULT_DEDUPE_WINDOW);
+        let from = if full { None } else { Some(lo) };
+        match w.replay_from(from, Bound::Written) {
+            Ok(r) => replays.push(r),
+            Err(e) => {
+                report.verdict = ReplicaVerdict::NotChecked(format!("replay: {e}"));
+                return report;
+            }
+        }
+        replayers.push(Replayer::new(Applier::new((spec.fresh)(), window)));
+    }
+    'entries: loop {
+        let mut first: Option<(Lsn, Vec<u8>)> = None;
+        for (i, (r, rp)) in replays.iter_mut().zip(replayers.iter_mut()).enumerate() {
+            // Entries before the common range (only some replicas have them) are replayed, not compared.
+            let got = loop {
+                match next_entry(r, rp, hi) {
+                    Some((l, _)) if l < lo => continue,
+                    other => break other,
+                }
+            };
+            match (&first, got) {
+                (None, None) => break 'entries,
+                (None, Some(g)) if i == 0 => first = Some(g),
+                (Some((l, p)), Some((l2, p2))) if *l == l2 && *p == p2 => {}
+                (Some((l, _)), Some((l2, _))) if *l != l2 => {
+                    report.verdict = ReplicaVerdict::Differ(format!(
+                        "{} has LSN {l2} where {} has LSN {l} (a gap in one of them)",
+                        dirs[i].display(),
+                        dirs[0].display()
+                    ));
+                    return report;
+                }
+                (Some((l, _)), Some(_)) => {
+                    report.verdict = ReplicaVerdict::Differ(format!(
+                        "the entry at LSN {l} differs between {} and {}",
+                        dirs[0].display(),
+                        dirs[i].display()
+                    ));
+                    return report;
+                }
+                (first, _) => {
+                    // One side ran out inside the common range.
+                    let short = if first.is_none() { &dirs[0] } else { &dirs[i] };
+                    report.verdict = ReplicaVerdict::Differ(format!(
+                        "{} ends before LSN {hi}, which every replica claims to hold",
+                        short.display()
+                    ));
+                    return report;
+                }
+            }
+        }
+        report.entries_compared += 1;
+    }
+    if !full {
+        report.verdict = ReplicaVerdict::Agree;
+        return report;
+    }
+    let mut digests = Vec::new();
+    for (rep, rp) in report.replicas.iter_mut().zip(replayers) {
+        let (a, c) = rp.finish();
+        if let Some(d) = c.divergence {
+            report.verdict = ReplicaVerdict::Differ(format!(
+                "{} disagrees with its own checkpoint at LSN {}: {}",
+                rep.dir.display(),
+                d.lsn,
+                d.reason
+            ));
+            return report;
+        }
+        let cp = a.checkpoint();
+        rep.digest = Some(hex(&cp.digest));
+        rep.entity_count = Some(cp.entity_count);
+        digests.push(cp);
+    }
+    if digests.windows(2).any(|w| w[0] != w[1]) {
+        report.verdict = ReplicaVerdict::Differ(format!(
+            "same entries through LSN {hi}, but the state digests at LSN {hi} differ"
+        ));
+    }
+    report
+}

@@ -1,0 +1,329 @@
+//! The state verdict (walcheck part 2): the log replayed offline through the controller's own
+//! apply function, with `wal`'s replay-and-compare core (not a second implementation), and
+//! compared with every checkpoint digest the controller recorded while it ran, and optionally
+//! with an exported state (a snapshot file): CLEAN, DIVERGENT, UNSUPPORTED_VERSION, or
+//! NOT_CHECKED when nothing trustworthy can be replayed.
+//!
+//! Reading stays pread-only: the log is opened read-only (salvage: never writes, stops at the
+//! first damage) over [`ReadOnlyDir`], and snapshot files are read with `std::fs::read`.
+
+use crate::pread::ReadOnlyDir;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use wal::replay::ItemKind;
+use wal::state::snapshot::{self, SnapshotInfo};
+use wal::state::{
+    recorded_dedupe_window, Applier, CompareReport, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY,
+};
+use wal::{Bound, CrcVerdict, Lsn, Options, RecoveryMode, Wal};
+
+/// The dedupe window a replay uses when the log does not record one (the pipeline's default).
+pub const DEFAULT_DEDUPE_WINDOW: u64 = 1 << 20;
+
+/// How `walcheck` knows a state machine: a controller with its own builds its own `walcheck`
+/// by handing one of these to `walcheck::run_with`.
+pub struct StateMachineSpec<S> {
+    /// Shown in reports (e.g. "catalog").
+    pub name: &'static str,
+    /// An empty state.
+    pub fresh: fn() -> S,
+    /// Up to `limit` lines describing how two states differ, first differences first (used
+    /// when a state snapshot disagrees). May return nothing if the machine cannot say.
+    pub diff: fn(&S, &S, usize) -> Vec<String>,
+}
+
+impl<S> std::fmt::Debug for StateMachineSpec<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StateMachineSpec({})", self.name)
+    }
+}
+
+/// What to compare the replay with, besides the log's own checkpoints.
+#[derive(Clone, Debug, Default)]
+pub struct StateOptions {
+    /// A snapshot to start from (required when the log's prefix was purged).
+    pub base: Option<PathBuf>,
+    /// An exported state to compare with, at the snapshot's LSN.
+    pub state: Option<PathBuf>,
+    /// How many differing entities to name.
+    pub diff_limit: usize,
+}
+
+/// The state verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateVerdict {
+    /// Nothing trustworthy was replayed, with why.
+    NotChecked(String),
+    Clean,
+    /// Replay disagrees with a checkpoint or the given state, with where.
+    Divergent(String),
+    /// A checkpoint or snapshot names a version this build does not know.
+    Unsupported(String),
+}
+
+impl StateVerdict {
+    pub fn word(&self) -> &'static str {
+        match self {
+            StateVerdict::NotChecked(_) => "NOT_CHECKED",
+            StateVerdict::Clean => "CLEAN",
+            StateVerdict::Divergent(_) => "DIVERGENT",
+            StateVerdict::Unsupported(_) => "UNSUPPORTED_VERSION",
+        }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            StateVerdict::NotChecked(_) | StateVerdict::Clean => 0,
+            StateVerdict::Divergent(_) => 4,
+            StateVerdict::Unsupported(_) => 6,
+        }
+    }
+}
+
+/// The comparison with an exported state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateComparison {
+    pub name: String,
+    pub applied: Option<Lsn>,
+    pub matches: bool,
+    /// The first differing entities (replay vs the given state).
+    pub differences: Vec<String>,
+}
+
+/// Everything the replay found.
+#[derive(Clone, Debug)]
+pub struct StateReport {
+    pub machine: &'static str,
+    pub verdict: StateVerdict,
+    pub compare: Option<CompareReport>,
+    pub base: Option<SnapshotInfo>,
+    pub state: Option<StateComparison>,
+    pub dedupe_window: u64,
+}
+
+impl StateReport {
+    fn not_checked(machine: &'static str, why: impl Into<String>) -> StateReport {
+        StateReport {
+            machine,
+            verdict: StateVerdict::NotChecked(why.into()),
+            compare: None,
+            base: None,
+            state: None,
+            dedupe_window: 0,
+        }
+    }
+
+    /// One line of explanation for humans.
+    pub fn summary(&self) -> String {
+        let c = self.compare.as_ref();
+        match &self.verdict {
+            StateVerdict::NotChecked(why) => why.clone(),
+            StateVerdict::Unsupported(why) | StateVerdict::Divergent(why) => why.clone(),
+            StateVerdict::Clean => {
+                let c = c.cloned().unwrap_or_default();
+                let through =
+                    c.verified_through.map_or("nothing (no checkpoint)".to_string(), |l| format!("LSN {l}"));
+                let mut s = format!(
+                    "replayed {} entries through the {} apply function; verified through {through} ({} checkpoints); {} entries after it replayed but not cross-checked",
+                    c.entries_applied, self.machine, c.checkpoints_checked, c.unchecked_entries
+                );
+                if let Some(st) = &self.state {
+                    s.push_str(&format!("; equal to the state in {}", st.name));
+                }
+                s
+            }
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let c = self.compare.clone().unwrap_or_default();
+        let d = c.divergence.as_ref();
+        json!({
+            "verdict": self.verdict.word(),
+            "machine": self.machine,
+            "summary": self.summary(),
+            "dedupe_window": self.dedupe_window,
+            "base": self.base.as_ref().map(|b| json!({"name": b.name, "applied": b.applied.map(|l| l.0)})),
+            "entries_replayed": c.entries_applied,
+            "duplicates": c.duplicates,
+            "refused": c.refused,
+            "checkpoints_checked": c.checkpoints_checked,
+            "checkpoints_too_old": c.checkpoints_too_old,
+            "verified_through": c.verified_through.map(|l| l.0),
+            "unchecked_entries": c.unchecked_entries,
+            "last_applied": c.last_applied.map(|l| l.0),
+            "divergence": d.map(|d| json!({
+                "last_good": d.last_good.map(|l| l.0),
+                "lsn": d.lsn.0,
+                "reason": d.reason,
+                "recorded_entities": d.recorded.map(|r| r.entity_count),
+                "replayed_entities": d.replayed.map(|r| r.entity_count),
+            })),
+            "state": self.state.as_ref().map(|s| json!({
+                "name": s.name, "applied": s.applied.map(|l| l.0), "matches": s.matches, "differences": s.differences,
+            })),
+        })
+    }
+}
+
+fn read_snapshot<S: StateMachine>(path: &Path) -> Result<(Applier<S>, SnapshotInfo), String> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| format!("reading {name}: {e}"))?;
+    snapshot::decode::<S>(&name, &bytes).map_err(|e| e.to_string())
+}
+
+/// A log whose very first entry carries no apply-seam envelope, with no checkpoint before it,
+/// was not written through the pipeline: there is nothing to compare, which is not a
+/// divergence.
+fn not_seam_entries(d: &wal::state::Divergence, c: &CompareReport) -> bool {
+    d.recorded.is_none()
+        && c.entries_applied == 0
+        && c.checkpoints_checked == 0
+        && d.reason.contains("envelope")
+}
+
+/// Replays the log in `dir` through `spec`'s state machine and compares (see the module docs).
+/// `crc` is the CRC verdict already found: a CORRUPT or unreadable log is not replayed.
+pub fn check_state<S: StateMachine>(
+    dir: &Path,
+    crc: CrcVerdict,
+    opts: &StateOptions,
+    spec: &StateMachineSpec<S>,
+) -> StateReport {
+    let m = spec.name;
+    if !matches!(crc, CrcVerdict::Ok | CrcVerdict::TornTail | CrcVerdict::CorruptTail) {
+        return StateReport::not_checked(m, format!("not replayed: the log is {}", crc.as_str()));
+    }
+    let storage = Arc::new(ReadOnlyDir::new(dir));
+    let wal_opts =
+        Options { recovery: RecoveryMode::Salvage, read_only: true, create: false, ..Options::default() };
+    let wal = match Wal::open_with(storage, wal_opts) {
+        Ok((w, _)) => w,
+        Err(e) => return StateReport::not_checked(m, format!("not replayed: {e}")),
+    };
+    let window = recorded_dedupe_window(wal.meta(DEDUPE_WINDOW_META_KEY)).unwrap_or(DEFAULT_DEDUPE_WINDOW);
+    let mut report = StateReport::not_checked(m, "");
+    report.dedupe_window = window;
+    let applier = match &opts.base {
+        Some(path) => match read_snapshot::<S>(path) {
+            Ok((a, info)) => {
+                if info.log_id != wal.log_id() {
+                    return StateReport {
+                        verdict: StateVerdict::NotChecked(format!("{}: belongs to another log", info.name)),
+                        ..report
+                    };
+                }
+                if let (Some(first), Some(at)) = (wal.first_lsn(), info.applied) {
+                    if first.0 > at.0 + 1 {
+                        let why = format!("{}: at LSN {at}, but the log starts at LSN {first}: entries in between are missing", info.name);
+                        return StateReport { verdict: StateVerdict::NotChecked(why), ..report };
+                    }
+                }
+                report.base = Some(info);
+                a
+            }
+            Err(e) if e.contains("unsupported") => {
+                return StateReport { verdict: StateVerdict::Unsupported(e), ..report };
+            }
+            Err(e) => {
+                return StateReport {
+                    verdict: StateVerdict::NotChecked(format!("bad base snapshot: {e}")),
+                    ..report
+                }
+            }
+        },
+        None if wal.prefix_purged() => {
+            let why = "not replayed: the log's prefix was purged; give the snapshot it was purged below with --base";
+            return StateReport { verdict: StateVerdict::NotChecked(why.into()), ..report };
+        }
+        None => Applier::new((spec.fresh)(), window),
+    };
+    let target = match &opts.state {
+        Some(path) => match read_snapshot::<S>(path) {
+            Ok(t) => Some(t),
+            Err(e) if e.contains("unsupported") => {
+                return StateReport { verdict: StateVerdict::Unsupported(e), ..report }
+            }
+            Err(e) => {
+                return StateReport {
+                    verdict: StateVerdict::NotChecked(format!("bad state snapshot: {e}")),
+                    ..report
+                }
+            }
+        },
+        None => None,
+    };
+    let stop = target.as_ref().map(|(_, info)| info.applied);
+    let mut replayer = Replayer::new(applier);
+    let from = replayer.applier().applied().map(|l| Lsn(l.0 + 1));
+    let mut replay = match wal.replay_from(from, Bound::Written) {
+        Ok(r) => r,
+        Err(e) => {
+            return StateReport { verdict: StateVerdict::NotChecked(format!("not replayed: {e}")), ..report }
+        }
+    };
+    // Damage ends the replay where the CRC verdict already said it is.
+    while let Some(Ok(item)) = replay.next() {
+        if stop.is_some_and(|s| s.is_none_or(|s| item.lsn > s)) {
+            break;
+        }
+        match item.kind {
+            ItemKind::Entry => replayer.entry(item.lsn, item.epoch, item.payload),
+            ItemKind::Checkpoint(cp) => replayer.checkpoint(item.lsn, &cp),
+        }
+        if replayer.report().stopped() {
+            break;
+        }
+    }
+    drop(replay);
+    let (replayed, compare) = replayer.finish();
+    report.verdict = if let Some(u) = &compare.unsupported {
+        StateVerdict::Unsupported(u.clone())
+    } else if let Some(d) = compare.divergence.as_ref().filter(|d| not_seam_entries(d, &compare)) {
+        let why = format!(
+            "not replayed: entry {} is not an entry of the apply seam ({}); the log was not written through the pipeline",
+            d.lsn, d.reason
+        );
+        StateVerdict::NotChecked(why)
+    } else if let Some(d) = &compare.divergence {
+        let window = match d.last_good {
+            Some(g) => format!("between LSN {} and LSN {}", g.0 + 1, d.lsn),
+            None => format!("at or before LSN {}", d.lsn),
+        };
+        StateVerdict::Divergent(format!("first divergence {window}: {}", d.reason))
+    } else {
+        StateVerdict::Clean
+    };
+    report.compare = Some(compare);
+    if let (Some((expected, info)), StateVerdict::Clean) = (target, &report.verdict) {
+        let reached = replayed.applied();
+        let matches = reached == info.applied && replayed.checkpoint() == expected.checkpoint();
+        let differences = if matches {
+            Vec::new()
+        } else {
+            (spec.diff)(replayed.state(), expected.state(), opts.diff_limit.max(1))
+        };
+        if !matches {
+            let why = if reached < info.applied {
+                format!(
+                    "{} is at LSN {:?} but the log ends at LSN {:?}",
+                    info.name,
+                    info.applied.map(|l| l.0),
+                    reached.map(|l| l.0)
+                )
+            } else {
+                format!(
+                    "replay at LSN {:?} differs from {}: {}",
+                    reached.map(|l| l.0),
+                    info.name,
+                    differences.first().cloned().unwrap_or_else(|| "digests differ".into())
+                )
+            };
+            report.verdict = StateVerdict::Divergent(why);
+        }
+        report.state =
+            Some(StateComparison { name: info.name.clone(), applied: info.applied, matches, differences });
+    }
+    report
+}
