@@ -288,8 +288,11 @@ pub fn check_state<S: StateMachine>(
         StateVerdict::NotChecked(why)
     } else if let Some(d) = &compare.divergence {
         let window = match d.last_good {
-            Some(g) => format!("between LSN {} and LSN {}", g.0 + 1, d.lsn),
-            None => format!("at or before LSN {}", d.lsn),
+            Some(g) if g >= d.lsn => {
+                format!("at the checkpoint for LSN {} (an earlier checkpoint for LSN {g} agreed)", d.lsn)
+            }
+            Some(g) => format!("in LSN {}..={} (verified through LSN {g})", g.0 + 1, d.lsn),
+            None => format!("in LSN ..={} (nothing verified before it)", d.lsn),
         };
         StateVerdict::Divergent(format!("first divergence {window}: {}", d.reason))
     } else {
