@@ -145,17 +145,8 @@ fn replicas_with_the_same_entries_agree_and_a_changed_one_does_not() {
     let b = tempfile::tempdir().unwrap();
     write_log(a.path(), 15, None);
     write_log(b.path(), 15, None);
-    let code = walcheck::run(
-        [
-            "walcheck".into(),
-            "compare".into(),
-            a.path().as_os_str().to_owned(),
-            b.path().as_os_str().to_owned(),
-        ]
-        .iter()
-        .cloned()
-        .collect::<Vec<OsString>>(),
-    );
+    let args: Vec<OsString> = vec!["walcheck".into(), "compare".into(), a.path().into(), b.path().into()];
+    let code = walcheck::run(args);
     assert_eq!(code, 0);
     let c = tempfile::tempdir().unwrap();
     write_log(c.path(), 14, None);
