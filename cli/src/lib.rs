@@ -284,7 +284,8 @@ fn compare<S: StateMachine>(out: &mut Out, dirs: &[PathBuf], json: bool, spec: &
         let why = match &report.verdict {
             verifier::compare::ReplicaVerdict::Agree => String::new(),
             verifier::compare::ReplicaVerdict::Differ(w)
-            | verifier::compare::ReplicaVerdict::NotChecked(w) => {
+            | verifier::compare::ReplicaVerdict::NotChecked(w)
+            | verifier::compare::ReplicaVerdict::Unreadable(w) => {
                 format!(": {w}")
             }
         };

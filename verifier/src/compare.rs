@@ -21,6 +21,8 @@ pub enum ReplicaVerdict {
     Differ(String),
     /// The logs could not be compared, with why.
     NotChecked(String),
+    /// A log could not be read (IO_ERROR), with where.
+    Unreadable(String),
 }
 
 impl ReplicaVerdict {
@@ -29,6 +31,7 @@ impl ReplicaVerdict {
             ReplicaVerdict::Agree => "AGREE",
             ReplicaVerdict::Differ(_) => "DIVERGENT",
             ReplicaVerdict::NotChecked(_) => "NOT_CHECKED",
+            ReplicaVerdict::Unreadable(_) => "IO_ERROR",
         }
     }
 }
@@ -63,13 +66,14 @@ impl ReplicaReport {
             ReplicaVerdict::Agree => worst,
             ReplicaVerdict::Differ(_) => worst.max(4),
             ReplicaVerdict::NotChecked(_) => worst,
+            ReplicaVerdict::Unreadable(_) => worst.max(5),
         }
     }
 
     pub fn to_json(&self) -> Value {
         json!({
             "verdict": self.verdict.word(),
-            "reason": match &self.verdict { ReplicaVerdict::Agree => None, ReplicaVerdict::Differ(w) | ReplicaVerdict::NotChecked(w) => Some(w.clone()) },
+            "reason": match &self.verdict { ReplicaVerdict::Agree => None, ReplicaVerdict::Differ(w) | ReplicaVerdict::NotChecked(w) | ReplicaVerdict::Unreadable(w) => Some(w.clone()) },
             "common": self.common.map(|(a, b)| json!([a.0, b.0])),
             "entries_compared": self.entries_compared,
             "replicas": self.replicas.iter().map(|r| json!({
@@ -85,19 +89,25 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The next entry of `r` (checkpoints go to `rp`), copied out; `None` at the end or damage.
-fn next_entry<S: StateMachine>(r: &mut Replay, rp: &mut Replayer<S>, end: Lsn) -> Option<(Lsn, Vec<u8>)> {
-    while let Some(Ok(item)) = r.next() {
+/// The next entry of `r` (checkpoints go to `rp`), copied out; `None` at the end. A read
+/// error is returned, never taken for the end.
+fn next_entry<S: StateMachine>(
+    r: &mut Replay,
+    rp: &mut Replayer<S>,
+    end: Lsn,
+) -> wal::Result<Option<(Lsn, Vec<u8>)>> {
+    while let Some(item) = r.next() {
+        let item = item?;
         match item.kind {
             ItemKind::Checkpoint(cp) => rp.checkpoint(item.lsn, &cp),
-            ItemKind::Entry if item.lsn > end => return None,
+            ItemKind::Entry if item.lsn > end => return Ok(None),
             ItemKind::Entry => {
                 rp.entry(item.lsn, item.epoch, item.payload);
-                return Some((item.lsn, item.payload.to_vec()));
+                return Ok(Some((item.lsn, item.payload.to_vec())));
             }
         }
     }
-    None
+    Ok(None)
 }
 
 /// Compares the logs in `dirs` (at least two).
@@ -182,8 +192,15 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
             // Entries before the common range (only some replicas have them) are replayed, not compared.
             let got = loop {
                 match next_entry(r, rp, hi) {
-                    Some((l, _)) if l < lo => continue,
-                    other => break other,
+                    Ok(Some((l, _))) if l < lo => continue,
+                    Ok(other) => break other,
+                    Err(e) => {
+                        report.verdict = ReplicaVerdict::Unreadable(format!(
+                            "{}: the replay failed: {e}",
+                            dirs[i].display()
+                        ));
+                        return report;
+                    }
                 }
             };
             match (&first, got) {

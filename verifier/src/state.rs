@@ -60,6 +60,8 @@ pub enum StateVerdict {
     Divergent(String),
     /// A checkpoint or snapshot names a version this build does not know.
     Unsupported(String),
+    /// The replay could not read the log (IO_ERROR), with where.
+    Unreadable(String),
 }
 
 impl StateVerdict {
@@ -69,6 +71,7 @@ impl StateVerdict {
             StateVerdict::Clean => "CLEAN",
             StateVerdict::Divergent(_) => "DIVERGENT",
             StateVerdict::Unsupported(_) => "UNSUPPORTED_VERSION",
+            StateVerdict::Unreadable(_) => "IO_ERROR",
         }
     }
 
@@ -77,6 +80,7 @@ impl StateVerdict {
             StateVerdict::NotChecked(_) | StateVerdict::Clean => 0,
             StateVerdict::Divergent(_) => 4,
             StateVerdict::Unsupported(_) => 6,
+            StateVerdict::Unreadable(_) => 5,
         }
     }
 }
@@ -119,7 +123,9 @@ impl StateReport {
         let c = self.compare.as_ref();
         match &self.verdict {
             StateVerdict::NotChecked(why) => why.clone(),
-            StateVerdict::Unsupported(why) | StateVerdict::Divergent(why) => why.clone(),
+            StateVerdict::Unsupported(why) | StateVerdict::Divergent(why) | StateVerdict::Unreadable(why) => {
+                why.clone()
+            }
             StateVerdict::Clean => {
                 let c = c.cloned().unwrap_or_default();
                 let through =
@@ -264,7 +270,17 @@ pub fn check_state<S: StateMachine>(
         }
     };
     // Damage ends the replay where the CRC verdict already said it is.
-    while let Some(Ok(item)) = replay.next() {
+    let mut failed = None;
+    while let Some(item) = replay.next() {
+        // The replay covers only what the salvage open found intact, so an error here is not the
+        // damage the CRC verdict reported: the log could not be read as scanned. Never CLEAN.
+        let item = match item {
+            Ok(i) => i,
+            Err(e) => {
+                failed = Some(e.to_string());
+                break;
+            }
+        };
         if stop.is_some_and(|s| s.is_none_or(|s| item.lsn > s)) {
             break;
         }
@@ -278,7 +294,12 @@ pub fn check_state<S: StateMachine>(
     }
     drop(replay);
     let (replayed, compare) = replayer.finish();
-    report.verdict = if let Some(u) = &compare.unsupported {
+    report.verdict = if let Some(e) = failed {
+        StateVerdict::Unreadable(format!(
+            "the replay could not read the log after LSN {}: {e}",
+            compare.last_applied.map_or("(none)".to_string(), |l| l.to_string())
+        ))
+    } else if let Some(u) = &compare.unsupported {
         StateVerdict::Unsupported(u.clone())
     } else if let Some(d) = compare.divergence.as_ref().filter(|d| not_seam_entries(d, &compare)) {
         let why = format!(
@@ -308,19 +329,20 @@ pub fn check_state<S: StateMachine>(
             (spec.diff)(replayed.state(), expected.state(), opts.diff_limit.max(1))
         };
         if !matches {
+            let lsn = |l: Option<Lsn>| l.map_or("(none)".to_string(), |l| l.to_string());
             let why = if reached < info.applied {
                 format!(
-                    "{} is at LSN {:?} but the log ends at LSN {:?}",
+                    "{} is at LSN {} but the log ends at LSN {}",
                     info.name,
-                    info.applied.map(|l| l.0),
-                    reached.map(|l| l.0)
+                    lsn(info.applied),
+                    lsn(reached)
                 )
             } else {
                 format!(
-                    "replay at LSN {:?} differs from {}: {}",
-                    reached.map(|l| l.0),
+                    "the replayed state at LSN {} differs from {} ({} difference(s) listed below)",
+                    lsn(reached),
                     info.name,
-                    differences.first().cloned().unwrap_or_else(|| "digests differ".into())
+                    differences.len()
                 )
             };
             report.verdict = StateVerdict::Divergent(why);

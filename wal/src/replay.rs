@@ -10,7 +10,10 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use crate::error::{CrcVerdict, Damage, Error, Result};
-use crate::format::{CheckpointPayload, IndexPoint, Kind, SegmentHeader, FLAG_GROUP_CONT, RECORD_HEADER_LEN};
+use crate::format::{
+    CheckpointPayload, IndexPoint, Kind, SegmentHeader, FLAG_GROUP_CONT, RECORD_HEADER_LEN,
+    SEGMENT_HEADER_LEN,
+};
 use crate::log::Checkpoint;
 use crate::recovery::{map_segment, SegmentInfo};
 use crate::scan::{RawDamage, Step, Walker};
@@ -188,9 +191,14 @@ impl Replay {
             suffix.push((off, acc));
         }
         suffix.reverse();
-        // Seek with the footer's sparse index when the segment cuts nothing.
+        // Seek with the footer's sparse index when the segment cuts nothing. Never to the
+        // segment's first batch: it opens with the State record, which only a walk from the
+        // segment header expects (starting there is a walk from the start anyway).
+        let first_batch = SEGMENT_HEADER_LEN as u64;
         let start = match (self.from, seg.cuts) {
-            (Some(from), 0) => seg.index.iter().rev().find(|p| p.lsn.get() <= from).copied(),
+            (Some(from), 0) => {
+                seg.index.iter().rev().find(|p| p.lsn.get() <= from && p.offset.get() > first_batch).copied()
+            }
             _ => None,
         };
         let mut walker = start
