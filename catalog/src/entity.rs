@@ -106,6 +106,19 @@ impl Entity {
         put_len_bytes(out, &self.props);
     }
 
+    /// Runs `f` with the canonical form as consecutive parts (no allocation): the digest
+    /// hashes them as one byte string.
+    pub fn with_canonical_parts<R>(&self, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        let mut head = [0u8; 33];
+        head[0..8].copy_from_slice(&self.id.0.to_le_bytes());
+        head[8..16].copy_from_slice(&self.parent.map_or(0, |p| p.0).to_le_bytes());
+        head[16] = self.kind.code();
+        head[17..25].copy_from_slice(&self.version.to_le_bytes());
+        head[25..29].copy_from_slice(&(self.name.len() as u32).to_le_bytes());
+        head[29..33].copy_from_slice(&(self.props.len() as u32).to_le_bytes());
+        f(&[&head[..29], self.name.as_bytes(), &head[29..33], &self.props])
+    }
+
     /// The canonical form as a new buffer.
     pub fn canonical(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(CANONICAL_FIXED_LEN + self.name.len() + self.props.len());

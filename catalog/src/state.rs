@@ -3,7 +3,7 @@
 use crate::command::{Command, Op, Receipt, Refusal};
 use crate::entity::{Entity, EntityId};
 use crate::wire::Reader;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use wal::state::{Committed, Outcome, SetDigest, StateMachine};
 
 /// The first bytes of an export.
@@ -18,15 +18,17 @@ const ROOT: u64 = 0;
 
 /// The hierarchical entity catalog.
 ///
-/// Every container is ordered (`BTreeMap`), so nothing that reaches the state, the digest or the
-/// export depends on a hash seed. The name index is derived from the entities and holds a map
-/// only for parents that have children, so two catalogs with the same entities are equal
-/// field by field.
+/// The entities are ordered (`BTreeMap` by id), and so is everything that reaches the state,
+/// the digest or the export. The name index is derived from the entities and holds a map only
+/// for parents that have children, so two catalogs with the same entities are equal field by
+/// field. Its per-parent maps are hash maps (randomly seeded, so names cannot be chosen to
+/// collide): they are only looked up, never iterated where order could matter, and
+/// [`Catalog::children`] sorts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Catalog {
     entities: BTreeMap<u64, Entity>,
     /// parent id (0 = the root) → child name → child id.
-    names: BTreeMap<u64, BTreeMap<String, u64>>,
+    names: BTreeMap<u64, HashMap<Box<str>, u64>>,
     digest: SetDigest,
 }
 
@@ -53,11 +55,14 @@ impl Catalog {
 
     /// The children of `parent` (`None`: the metalakes), in name order.
     pub fn children(&self, parent: Option<EntityId>) -> impl Iterator<Item = &Entity> + '_ {
-        self.names
+        let mut v: Vec<(&str, u64)> = self
+            .names
             .get(&parent_key(parent))
             .into_iter()
-            .flat_map(|m| m.values())
-            .filter_map(|id| self.entities.get(id))
+            .flat_map(|m| m.iter().map(|(n, &id)| (&**n, id)))
+            .collect();
+        v.sort_unstable();
+        v.into_iter().filter_map(|(_, id)| self.entities.get(&id))
     }
 
     /// How many children `parent` has (O(1)).
@@ -90,6 +95,14 @@ impl Catalog {
             d.insert(&buf);
         }
         d
+    }
+
+    fn digest_insert(&mut self, e: &Entity) {
+        e.with_canonical_parts(|p| self.digest.insert_parts(p));
+    }
+
+    fn digest_remove(&mut self, e: &Entity) {
+        e.with_canonical_parts(|p| self.digest.remove_parts(p));
     }
 
     /// The export as a new buffer.
@@ -147,8 +160,8 @@ impl Catalog {
                     return Err(Refusal::NameExists { parent, name, existing: EntityId(existing) });
                 }
                 let e = Entity { id: EntityId(lsn), parent, kind, version: 1, name, props };
-                self.digest.insert(&e.canonical());
-                self.names.entry(key).or_default().insert(e.name.clone(), lsn);
+                self.digest_insert(&e);
+                self.names.entry(key).or_default().insert(e.name.as_str().into(), lsn);
                 self.entities.insert(lsn, e);
                 Ok(Receipt { op: Op::Create, id: EntityId(lsn), version: 1, removed: 0 })
             }
@@ -167,21 +180,21 @@ impl Catalog {
                     }
                     _ => {}
                 }
-                let old = e.canonical();
+                e.with_canonical_parts(|p| self.digest.remove_parts(p));
                 siblings.remove(e.name.as_str());
-                siblings.insert(new_name.clone(), id.0);
+                siblings.insert(new_name.as_str().into(), id.0);
                 e.name = new_name;
                 e.version = next;
-                self.digest.replace(&old, &e.canonical());
+                e.with_canonical_parts(|p| self.digest.insert_parts(p));
                 Ok(Receipt { op: Op::Rename, id, version: next, removed: 0 })
             }
             Command::Update { id, expected_version, props } => {
                 let e = self.entities.get_mut(&id.0).ok_or(Refusal::NoSuchEntity { id })?;
                 let next = next_version(e, expected_version)?;
-                let old = e.canonical();
+                e.with_canonical_parts(|p| self.digest.remove_parts(p));
                 e.props = props;
                 e.version = next;
-                self.digest.replace(&old, &e.canonical());
+                e.with_canonical_parts(|p| self.digest.insert_parts(p));
                 Ok(Receipt { op: Op::Update, id, version: next, removed: 0 })
             }
             Command::Drop { id, expected_version, cascade } => {
@@ -205,13 +218,10 @@ impl Catalog {
                     }
                     i += 1;
                 }
-                let mut buf = Vec::new();
                 for d in &doomed {
                     self.names.remove(d);
                     if let Some(gone) = self.entities.remove(d) {
-                        buf.clear();
-                        gone.write_canonical(&mut buf);
-                        self.digest.remove(&buf);
+                        self.digest_remove(&gone);
                     }
                 }
                 let key = parent_key(parent);
@@ -242,7 +252,6 @@ impl Catalog {
         }
         let count = r.u64("entity count")?;
         let mut c = Catalog::new();
-        let mut buf = Vec::new();
         // Each entity takes at least CANONICAL_FIXED_LEN bytes, so a huge count runs out of
         // input (an error) long before it costs anything.
         for _ in 0..count {
@@ -275,10 +284,8 @@ impl Catalog {
                     e.id, e.name
                 ));
             }
-            siblings.insert(e.name.clone(), e.id.0);
-            buf.clear();
-            e.write_canonical(&mut buf);
-            c.digest.insert(&buf);
+            siblings.insert(e.name.as_str().into(), e.id.0);
+            c.digest_insert(&e);
             c.entities.insert(e.id.0, e);
         }
         r.finish("last entity")?;

@@ -21,9 +21,13 @@ pub struct SetDigest {
     count: u64,
 }
 
-/// blake3 of one canonical entity, as four little-endian limbs.
-fn entity_hash(canonical: &[u8]) -> [u64; 4] {
-    let h = blake3::Hasher::new_derive_key(ENTITY_CONTEXT).update(canonical).finalize();
+/// blake3 of one canonical entity (given as consecutive parts), as four little-endian limbs.
+fn entity_hash(parts: &[&[u8]]) -> [u64; 4] {
+    let mut h = blake3::Hasher::new_derive_key(ENTITY_CONTEXT);
+    for p in parts {
+        h.update(p);
+    }
+    let h = h.finalize();
     let b = h.as_bytes();
     let mut limbs = [0u64; 4];
     for (i, l) in limbs.iter_mut().enumerate() {
@@ -40,7 +44,12 @@ impl SetDigest {
 
     /// Adds one entity, given in its canonical byte form.
     pub fn insert(&mut self, canonical: &[u8]) {
-        let h = entity_hash(canonical);
+        self.insert_parts(&[canonical]);
+    }
+
+    /// [`SetDigest::insert`] of the concatenation of `parts` (no buffer needed).
+    pub fn insert_parts(&mut self, parts: &[&[u8]]) {
+        let h = entity_hash(parts);
         let mut carry = false;
         for (s, x) in self.sum.iter_mut().zip(h) {
             let (a, c1) = s.overflowing_add(x);
@@ -53,7 +62,12 @@ impl SetDigest {
 
     /// Removes one entity (the exact canonical bytes it was inserted with).
     pub fn remove(&mut self, canonical: &[u8]) {
-        let h = entity_hash(canonical);
+        self.remove_parts(&[canonical]);
+    }
+
+    /// [`SetDigest::remove`] of the concatenation of `parts`.
+    pub fn remove_parts(&mut self, parts: &[&[u8]]) {
+        let h = entity_hash(parts);
         let mut borrow = false;
         for (s, x) in self.sum.iter_mut().zip(h) {
             let (a, b1) = s.overflowing_sub(x);
@@ -128,6 +142,9 @@ mod tests {
         assert_eq!(a.count(), 3);
         b.remove(b"y");
         assert_ne!(a, b);
+        b.insert_parts(&[b"", b"y", b""]);
+        assert_eq!(a, b, "parts hash as their concatenation");
+        b.remove_parts(&[b"y"]);
         b.insert(b"y");
         assert_eq!(a.finalize(7), b.finalize(7));
         for e in [b"x", b"y", b"z"] {
