@@ -325,7 +325,19 @@ pub(crate) fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Resul
     let Ok(header) = RecordHeader::ref_from_bytes(hb) else {
         return Err(err(DamageKind::ShortAtEof, false, false, true).into());
     };
-    let actual = header.compute_header_crc();
+    // Both checksums in one pass when the (not yet trusted) length allows reading the record:
+    // they are pure functions of the bytes, so the checks below judge exactly as if each were
+    // computed at its turn.
+    let payload_len = header.payload_len.get();
+    let end = off + record_len(payload_len as usize);
+    let fused = (payload_len <= MAX_PAYLOAD_LEN && end <= win.file_len && end <= limit && win.covers(end))
+        .then(|| win.get(off, off + RECORD_HEADER_LEN + payload_len as usize))
+        .flatten()
+        .map(|r| {
+            let [c] = crate::crc::record_crcs([r]);
+            c
+        });
+    let actual = fused.map_or_else(|| header.compute_header_crc(), |c| c.0);
     if actual != header.header_crc.get() {
         // Checked only on failure: a valid header is never all zero.
         if is_zero(hb) {
@@ -348,12 +360,10 @@ pub(crate) fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Resul
     if header.reserved0 != [0; 2] || header.reserved1 != [0; 4] {
         return Err(err(DamageKind::NonZeroReserved, true, true, false).into());
     }
-    let payload_len = header.payload_len.get();
     if payload_len > MAX_PAYLOAD_LEN {
         return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false).into());
     }
     let total_len = record_len(payload_len as usize);
-    let end = off + total_len;
     if end > win.file_len {
         return Err(err(DamageKind::ShortAtEof, true, false, true).into());
     }
@@ -365,8 +375,11 @@ pub(crate) fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Resul
     }
     let body = off + RECORD_HEADER_LEN;
     let payload = win.get(body, body + payload_len as usize).unwrap_or_default();
-    // The header (from byte 4) and the payload are contiguous: one checksum call over both.
-    let actual = crc32c::crc32c(win.get(off + 4, body + payload_len as usize).unwrap_or_default());
+    // The header (from byte 4) and the payload are contiguous: one checksum over both.
+    let actual = fused.map_or_else(
+        || crc32c::crc32c(win.get(off + 4, body + payload_len as usize).unwrap_or_default()),
+        |c| c.1,
+    );
     if actual != header.crc.get() {
         return Err(
             err(DamageKind::Checksum { expected: header.crc.get(), actual }, true, false, false).into()
