@@ -222,7 +222,10 @@ fn walk_windowed(
 /// Reads `len` bytes at `at` into the front of `buf` (grown if needed): false when the file
 /// ended first (it changed length under the scan).
 fn fill(storage: &dyn Storage, f: FileId, buf: &mut Vec<u8>, at: usize, len: usize) -> std::io::Result<bool> {
-    if buf.len() < len {
+    if buf.is_empty() {
+        // Zeroed by the allocator (fresh pages are zero already), not by a memset.
+        *buf = vec![0u8; len];
+    } else if buf.len() < len {
         buf.resize(len, 0);
     }
     let n = storage.read_at(f, at as u64, buf.get_mut(..len).unwrap_or_default())?;

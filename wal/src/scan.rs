@@ -400,6 +400,9 @@ enum Phase {
     Done,
 }
 
+/// Entries whose checksums the walk computes at once.
+const AHEAD: usize = 3;
+
 /// Running counts a footer must agree with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -590,11 +593,151 @@ impl Walker {
     #[inline]
     pub fn walk<'a>(&mut self, win: &Window<'a>, visit: &mut impl FnMut(&Rec<'a>)) -> Walked<'a> {
         loop {
+            if self.phase == Phase::Data && self.batch_left > 0 {
+                self.walk_entries(win, visit);
+            }
             match self.step(win) {
                 Walked::Record(r) => visit(&r),
                 other => return other,
             }
         }
+    }
+
+    /// The entries of the current batch, in a tight loop: up to [`AHEAD`] records are located by
+    /// the lengths in their (not yet checked) headers and their checksums computed at once, then
+    /// each is checked and applied in order. A record is accepted here only if every check
+    /// [`Walker::step`] makes passes, with the same effect on the walker; at anything else (a
+    /// failed check, another kind of record, the end of the window) this returns, and `step`
+    /// judges that record as usual.
+    fn walk_entries<'a>(&mut self, win: &Window<'a>, visit: &mut impl FnMut(&Rec<'a>)) {
+        while self.batch_left > 0 {
+            let mut recs: [&'a [u8]; AHEAD] = [&[]; AHEAD];
+            let mut n = 0;
+            let mut off = self.off;
+            let end_max = self.batch_end.min(win.end());
+            while n < AHEAD && n < self.batch_left as usize {
+                let Some(len) = win
+                    .get(off + 12, off + 16)
+                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                    .map(u32::from_le_bytes)
+                else {
+                    break;
+                };
+                let end = off + record_len(len as usize);
+                if len > MAX_PAYLOAD_LEN || end > end_max {
+                    break;
+                }
+                let (Some(slot), Some(r)) =
+                    (recs.get_mut(n), win.get(off, off + RECORD_HEADER_LEN + len as usize))
+                else {
+                    break;
+                };
+                *slot = r;
+                n += 1;
+                off = end;
+            }
+            let crcs = match recs {
+                [a, b, c] if n == 3 => crate::crc::record_crcs([a, b, c]),
+                [a, b, _] if n == 2 => {
+                    let [x, y] = crate::crc::record_crcs([a, b]);
+                    [x, y, (0, 0)]
+                }
+                [a, _, _] if n == 1 => {
+                    let [x] = crate::crc::record_crcs([a]);
+                    [x, (0, 0), (0, 0)]
+                }
+                _ => return,
+            };
+            for (r, c) in recs.into_iter().zip(crcs).take(n) {
+                if !self.accept_entry(win, r, c, visit) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Accepts the entry `r` (header and payload) at the walker's offset, whose checksums are
+    /// `(header_crc, crc)`, if everything [`Walker::read_data`], `decode` and
+    /// [`Walker::apply`] check of an entry inside a batch passes; then applies it exactly as they
+    /// do and visits it. Otherwise changes nothing.
+    #[inline(always)]
+    fn accept_entry<'a>(
+        &mut self,
+        win: &Window<'a>,
+        r: &'a [u8],
+        (header_crc, crc): (u32, u32),
+        visit: &mut impl FnMut(&Rec<'a>),
+    ) -> bool {
+        let off = self.off;
+        let Some(h) = r.get(..RECORD_HEADER_LEN).and_then(|b| RecordHeader::ref_from_bytes(b).ok()) else {
+            return false;
+        };
+        let len = h.payload_len.get() as usize;
+        let body_end = off + RECORD_HEADER_LEN + len;
+        let end = off + record_len(len);
+        let last = self.batch_left == 1;
+        let cont = h.flags & FLAG_GROUP_CONT != 0;
+        // decode: both checksums, kind, flags, reserved bytes, the length (within the batch, the
+        // window and so the file), the zero padding.
+        if h.header_crc.get() != header_crc
+            || h.crc.get() != crc
+            || h.kind != Kind::Entry as u8
+            || h.flags & !Kind::Entry.allowed_flags() != 0
+            || h.reserved0 != [0; 2]
+            || h.reserved1 != [0; 4]
+            || r.len() != RECORD_HEADER_LEN + len
+            || end > self.batch_end
+            || end > win.end()
+            || !win.get(body_end, end).is_some_and(is_zero)
+        {
+            return false;
+        }
+        // read_data: the chain, the batch's structure (the last record ends the batch and closes
+        // any user batch; no other record reaches its end), not the segment's first record.
+        if h.seq.get() != self.expect_seq
+            || h.prev_crc.get() != self.prev_crc
+            || last != (end == self.batch_end)
+            || (last && cont)
+            || (self.first_batch && self.counts.records == 1)
+        {
+            return false;
+        }
+        let Some(next_seq) = self.expect_seq.checked_add(1) else { return false };
+        // apply: the epoch in force, the next LSN.
+        let (lsn, epoch) = (h.lsn.get(), h.epoch.get());
+        let Some(l) = self.logical.as_mut() else { return false };
+        let Some(next_lsn) = lsn.checked_add(1) else { return false };
+        if epoch != l.epoch || lsn != l.next_lsn {
+            return false;
+        }
+        l.first_lsn.get_or_insert(lsn);
+        l.next_lsn = next_lsn;
+        let c = &mut self.counts;
+        c.min_lsn = if c.entries == 0 { lsn } else { c.min_lsn.min(lsn) };
+        c.max_lsn = if c.entries == 0 { lsn } else { c.max_lsn.max(lsn) };
+        c.entries += 1;
+        c.records += 1;
+        self.batch_left -= 1;
+        self.group_open = cont;
+        if last {
+            self.first_batch = false;
+            self.data_end = end as u64;
+        }
+        self.off = end;
+        self.expect_seq = next_seq;
+        self.prev_crc = crc;
+        visit(&Rec {
+            kind: Kind::Entry,
+            flags: h.flags,
+            seq: h.seq.get(),
+            lsn,
+            epoch,
+            payload: r.get(RECORD_HEADER_LEN..).unwrap_or_default(),
+            offset: off as u64,
+            crc,
+            prev_crc: h.prev_crc.get(),
+        });
+        true
     }
 
     /// One step over a window: like [`Walker::next`], or [`Walked::NeedMore`].
