@@ -559,7 +559,8 @@ impl Walker {
             self.tail_at = upto;
         }
         if self.tail_at < end {
-            return Walked::NeedMore { from: self.tail_at as u64, end: end as u64 };
+            // Any next window will do: the rest is checked a window at a time.
+            return Walked::NeedMore { from: self.tail_at as u64, end: self.tail_at as u64 + 1 };
         }
         if win.file_len < self.limit {
             return Walked::Damage(self.damage(

@@ -131,11 +131,13 @@ struct Windowed {
     inner: MemStorage,
     window: usize,
     maps: AtomicUsize,
+    /// The longest read asked for.
+    max_read: AtomicUsize,
 }
 
 impl Windowed {
     fn new(inner: MemStorage, window: usize) -> Self {
-        Windowed { inner, window, maps: AtomicUsize::new(0) }
+        Windowed { inner, window, maps: AtomicUsize::new(0), max_read: AtomicUsize::new(0) }
     }
 }
 
@@ -159,6 +161,7 @@ impl Storage for Windowed {
         self.inner.len(file)
     }
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.max_read.fetch_max(buf.len(), Ordering::Relaxed);
         self.inner.read_at(file, offset, buf)
     }
     fn map(&self, file: FileId) -> io::Result<Mapping> {
@@ -271,6 +274,9 @@ fn a_windowed_scan_of_a_clean_log_matches_the_whole_scan() {
         let scan = wal::scan_log(&w, true).unwrap();
         assert_eq!(format!("{scan:?}"), format!("{whole:?}"), "window {window}");
         assert_eq!(w.maps.load(Ordering::Relaxed), 0, "window {window}: a segment was read whole");
+        // One window at a time (the records here are smaller than any window).
+        let most = window.next_multiple_of(4096);
+        assert!(w.max_read.load(Ordering::Relaxed) <= most, "window {window}: a read longer than a window");
     }
 }
 
