@@ -63,6 +63,7 @@ pub fn verify(dir: &Path, opts: &VerifyOptions, progress: &mut dyn FnMut(Progres
 }
 
 impl Stats {
+    #[inline]
     fn count(&mut self, r: &wal::scan::Rec<'_>) {
         self.records += 1;
         self.min_epoch = Some(self.min_epoch.map_or(r.epoch, |e| e.min(r.epoch)));

@@ -16,6 +16,7 @@ use crate::format::RECORD_HEADER_LEN;
 
 /// `(header_crc, crc)` of each record. Every slice is one record's header and payload (without
 /// its padding), so at least [`RECORD_HEADER_LEN`] bytes; a shorter one gets `(0, 0)`.
+#[inline]
 pub(crate) fn record_crcs<const N: usize>(recs: [&[u8]; N]) -> [(u32, u32); N] {
     if recs.iter().any(|r| r.len() < RECORD_HEADER_LEN) {
         return [(0, 0); N];
@@ -88,7 +89,11 @@ mod hw {
                 }
             }
         }
-        lanes(&mut c, recs.map(|r| r.get(RECORD_HEADER_LEN..).unwrap_or_default()));
+        let mut payloads: [&[u8]; N] = [&[]; N];
+        for (p, r) in payloads.iter_mut().zip(recs) {
+            *p = r.get(RECORD_HEADER_LEN..).unwrap_or_default();
+        }
+        lanes(&mut c, payloads);
         let mut out = [(0, 0); N];
         for ((o, h), c) in out.iter_mut().zip(h).zip(c) {
             *o = (!(h as u32), !(c as u32));

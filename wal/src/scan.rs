@@ -400,8 +400,18 @@ enum Phase {
     Done,
 }
 
-/// Entries whose checksums the walk computes at once.
-const AHEAD: usize = 3;
+/// The record at `off` (header and payload) and the offset after it, by the length its header
+/// claims (not yet checked), if it ends within `limit` (and so the window).
+#[inline(always)]
+fn locate<'a>(win: &Window<'a>, off: usize, limit: usize) -> Option<(&'a [u8], usize)> {
+    let len =
+        win.get(off + 12, off + 16).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(u32::from_le_bytes)?;
+    let end = off + record_len(len as usize);
+    if len > MAX_PAYLOAD_LEN || end > limit {
+        return None;
+    }
+    Some((win.get(off, off + RECORD_HEADER_LEN + len as usize)?, end))
+}
 
 /// Running counts a footer must agree with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -604,54 +614,44 @@ impl Walker {
         }
     }
 
-    /// The entries of the current batch, in a tight loop: up to [`AHEAD`] records are located by
+    /// The entries of the current batch, in a tight loop: up to three records are located by
     /// the lengths in their (not yet checked) headers and their checksums computed at once, then
     /// each is checked and applied in order. A record is accepted here only if every check
     /// [`Walker::step`] makes passes, with the same effect on the walker; at anything else (a
     /// failed check, another kind of record, the end of the window) this returns, and `step`
     /// judges that record as usual.
     fn walk_entries<'a>(&mut self, win: &Window<'a>, visit: &mut impl FnMut(&Rec<'a>)) {
+        let limit = self.batch_end.min(win.end());
         while self.batch_left > 0 {
-            let mut recs: [&'a [u8]; AHEAD] = [&[]; AHEAD];
-            let mut n = 0;
-            let mut off = self.off;
-            let end_max = self.batch_end.min(win.end());
-            while n < AHEAD && n < self.batch_left as usize {
-                let Some(len) = win
-                    .get(off + 12, off + 16)
-                    .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                    .map(u32::from_le_bytes)
-                else {
-                    break;
-                };
-                let end = off + record_len(len as usize);
-                if len > MAX_PAYLOAD_LEN || end > end_max {
-                    break;
-                }
-                let (Some(slot), Some(r)) =
-                    (recs.get_mut(n), win.get(off, off + RECORD_HEADER_LEN + len as usize))
-                else {
-                    break;
-                };
-                *slot = r;
-                n += 1;
-                off = end;
-            }
-            let crcs = match recs {
-                [a, b, c] if n == 3 => crate::crc::record_crcs([a, b, c]),
-                [a, b, _] if n == 2 => {
-                    let [x, y] = crate::crc::record_crcs([a, b]);
-                    [x, y, (0, 0)]
-                }
-                [a, _, _] if n == 1 => {
-                    let [x] = crate::crc::record_crcs([a]);
-                    [x, (0, 0), (0, 0)]
-                }
-                _ => return,
+            let left = self.batch_left;
+            // Where the next records are, by the lengths their headers claim.
+            let Some((a, next)) = locate(win, self.off, limit) else { return };
+            let b = if left >= 2 { locate(win, next, limit) } else { None };
+            let c = match b {
+                Some((_, next)) if left >= 3 => locate(win, next, limit),
+                _ => None,
             };
-            for (r, c) in recs.into_iter().zip(crcs).take(n) {
-                if !self.accept_entry(win, r, c, visit) {
-                    return;
+            match (b, c) {
+                (Some((b, _)), Some((c, _))) => {
+                    let [x, y, z] = crate::crc::record_crcs([a, b, c]);
+                    if !self.accept_entry(win, a, x, visit)
+                        || !self.accept_entry(win, b, y, visit)
+                        || !self.accept_entry(win, c, z, visit)
+                    {
+                        return;
+                    }
+                }
+                (Some((b, _)), None) => {
+                    let [x, y] = crate::crc::record_crcs([a, b]);
+                    if !self.accept_entry(win, a, x, visit) || !self.accept_entry(win, b, y, visit) {
+                        return;
+                    }
+                }
+                _ => {
+                    let [x] = crate::crc::record_crcs([a]);
+                    if !self.accept_entry(win, a, x, visit) {
+                        return;
+                    }
                 }
             }
         }
