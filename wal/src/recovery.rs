@@ -9,6 +9,7 @@ use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
 use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Walked, Walker, Window};
 use crate::storage::{FileId, Mapping, Storage};
+use std::cell::Cell;
 use zerocopy::FromBytes;
 
 /// How an open treats damage. The verifier always reports; this decides what a writer does.
@@ -274,8 +275,36 @@ fn walk_file(
         _ => return redo(None),
     };
     let mut w = Walker::new(header, logical);
-    // A footer's index point outside the window: read just that frame.
+    // The batch frames this walk accepted, one bit per sector (batches start on a sector, the
+    // first right after the segment header): a footer's index point that names one needs no
+    // read. The frame checked out with the same bytes and its batch ended before the footer's
+    // data end, so decoding it again there gives the same frame.
+    let frames: Vec<Cell<u64>> = (0..file_len.div_ceil(SECTOR * 64)).map(|_| Cell::new(0)).collect();
+    let first_frame = Cell::new(false);
+    let bit = |off: u64| {
+        let off = off as usize;
+        (off.is_multiple_of(SECTOR)).then(|| (frames.get(off / SECTOR / 64), 1u64 << (off / SECTOR % 64)))
+    };
+    let visit = &mut |r: &Rec<'_>| {
+        if r.kind == Kind::Frame {
+            if r.offset == SEGMENT_HEADER_LEN as u64 {
+                first_frame.set(true);
+            } else if let Some((Some(word), b)) = bit(r.offset) {
+                word.set(word.get() | b);
+            }
+        }
+        visit(r);
+    };
+    // A footer's index point outside the window: a frame this walk accepted, or read just it.
     let probe = |off: u64, data_end: u64| {
+        let walked = if off == SEGMENT_HEADER_LEN as u64 {
+            first_frame.get()
+        } else {
+            bit(off).is_some_and(|(word, b)| word.is_some_and(|w| w.get() & b != 0))
+        };
+        if walked {
+            return true;
+        }
         let end = (data_end as usize).min(file_len);
         let n = record_len(FRAME_PAYLOAD_LEN).min(end.saturating_sub(off as usize));
         let mut b = [0u8; record_len(FRAME_PAYLOAD_LEN)];

@@ -280,6 +280,59 @@ fn a_windowed_scan_of_a_clean_log_matches_the_whole_scan() {
     }
 }
 
+/// Segments whose footers index their batch frames (the main fixture cuts in every segment,
+/// which drops the index): a windowed scan checks the index points as a whole scan does, from
+/// the frames it walked, also when an index point is moved.
+#[test]
+fn a_windowed_scan_checks_footer_index_points() {
+    let st = MemStorage::new();
+    let opts = Options { segment_len_bytes: SEG, ..Options::default() };
+    let (mut log, _) = Wal::open_with(Arc::new(st.clone()), opts).unwrap();
+    for i in 0..300u32 {
+        log.append(Epoch(0), &i.to_le_bytes()).unwrap();
+        log.flush().unwrap();
+    }
+    log.close().unwrap();
+    let state = st.state();
+    let mut files: Vec<(String, Vec<u8>)> =
+        state.file_names().into_iter().map(|n| (n.clone(), state.file_bytes(&n).unwrap().to_vec())).collect();
+    files.sort();
+    let st = MemStorage::from_files(files.clone());
+    let whole = wal::scan_log(&st, true).unwrap();
+    assert_eq!(whole.verdict, CrcVerdict::Ok);
+    let indexed =
+        whole.segments.iter().filter(|s| s.footer.as_ref().is_some_and(|f| f.index.len() > 4)).count();
+    assert!(indexed >= 2, "want segments with index points: {whole:?}");
+    for window in [4096, 8192, 65536, 1 << 20] {
+        let w = Windowed::new(st.clone(), window);
+        let scan = wal::scan_log(&w, true).unwrap();
+        assert_eq!(format!("{scan:?}"), format!("{whole:?}"), "window {window}");
+        assert_eq!(w.maps.load(Ordering::Relaxed), 0, "window {window}: a segment was read whole");
+    }
+    // Move the first segment's third index point (checksums redone): onto the next batch frame
+    // (the index still checks out: the chain into the next segment breaks), and into the middle
+    // of a frame (the index does not).
+    let seg = &whole.segments[0];
+    let fi = files.iter().position(|f| f.0 == segment_file_name(seg.seq)).unwrap();
+    let at = footer_offset(SEG);
+    let point = at + 48 + wal::format::FOOTER_FIXED_LEN + 2 * wal::format::INDEX_POINT_LEN + 8;
+    let payload_len = u32::from_le_bytes(files[fi].1[at + 12..at + 16].try_into().unwrap()) as usize;
+    for (moved, want) in [(512u64, None), (8, Some("index point does not name a batch frame"))] {
+        let mut bytes = files[fi].1.clone();
+        let off = u64::from_le_bytes(bytes[point..point + 8].try_into().unwrap()) + moved;
+        bytes[point..point + 8].copy_from_slice(&off.to_le_bytes());
+        let h = crc32c::crc32c(&bytes[at + 8..at + 48]);
+        bytes[at + 4..at + 8].copy_from_slice(&h.to_le_bytes());
+        let c = crc32c::crc32c(&bytes[at + 4..at + 48 + payload_len]);
+        bytes[at..at + 4].copy_from_slice(&c.to_le_bytes());
+        let d = scan_with(&files, fi, bytes).damage.expect("a changed footer is damage");
+        match want {
+            Some(why) => assert_eq!((d.segment, &d.kind), (seg.seq, &DamageKind::BadFooter(why)), "{d}"),
+            None => assert_eq!(d.segment, seg.seq + 1, "{d}"),
+        }
+    }
+}
+
 #[test]
 fn every_bit_flip_in_data_is_corrupt_at_its_record() {
     let n = flips(false);
