@@ -631,27 +631,23 @@ impl Walker {
                 Some((_, next)) if left >= 3 => locate(win, next, limit),
                 _ => None,
             };
-            match (b, c) {
-                (Some((b, _)), Some((c, _))) => {
-                    let [x, y, z] = crate::crc::record_crcs([a, b, c]);
-                    if !self.accept_entry(win, a, x, visit)
-                        || !self.accept_entry(win, b, y, visit)
-                        || !self.accept_entry(win, c, z, visit)
-                    {
-                        return;
-                    }
-                }
-                (Some((b, _)), None) => {
+            let (b, c) = (b.map(|b| b.0), c.map(|c| c.0));
+            let crcs = match (b, c) {
+                (Some(b), Some(c)) => crate::crc::record_crcs([a, b, c]),
+                (Some(b), None) => {
                     let [x, y] = crate::crc::record_crcs([a, b]);
-                    if !self.accept_entry(win, a, x, visit) || !self.accept_entry(win, b, y, visit) {
-                        return;
-                    }
+                    [x, y, (0, 0)]
                 }
                 _ => {
                     let [x] = crate::crc::record_crcs([a]);
-                    if !self.accept_entry(win, a, x, visit) {
-                        return;
-                    }
+                    [x, (0, 0), (0, 0)]
+                }
+            };
+            // One call site: the visitor inlines once.
+            for (r, crc) in [Some(a), b, c].into_iter().zip(crcs) {
+                let Some(r) = r else { break };
+                if !self.accept_entry(win, r, crc, visit) {
+                    return;
                 }
             }
         }
