@@ -675,27 +675,26 @@ impl Walker {
         let last = self.batch_left == 1;
         let cont = h.flags & FLAG_GROUP_CONT != 0;
         // decode: both checksums, kind, flags, reserved bytes, the length (within the batch, the
-        // window and so the file), the zero padding.
-        if h.header_crc.get() != header_crc
-            || h.crc.get() != crc
-            || h.kind != Kind::Entry as u8
-            || h.flags & !Kind::Entry.allowed_flags() != 0
-            || h.reserved0 != [0; 2]
-            || h.reserved1 != [0; 4]
-            || r.len() != RECORD_HEADER_LEN + len
-            || end > self.batch_end
-            || end > win.end()
-            || !win.get(body_end, end).is_some_and(is_zero)
-        {
-            return false;
-        }
-        // read_data: the chain, the batch's structure (the last record ends the batch and closes
-        // any user batch; no other record reaches its end), not the segment's first record.
-        if h.seq.get() != self.expect_seq
-            || h.prev_crc.get() != self.prev_crc
-            || last != (end == self.batch_end)
-            || (last && cont)
-            || (self.first_batch && self.counts.records == 1)
+        // window and so the file), the zero padding (under 8 bytes). Then read_data: the chain,
+        // the batch's structure (the last record ends the batch and closes any user batch; no
+        // other record reaches its end), not the segment's first record. (`|`, not `||`: cheap
+        // comparisons, one branch.)
+        let Some(padding) = win.get(body_end, end) else { return false };
+        if (h.header_crc.get() != header_crc)
+            | (h.crc.get() != crc)
+            | (h.kind != Kind::Entry as u8)
+            | (h.flags & !Kind::Entry.allowed_flags() != 0)
+            | (h.reserved0 != [0; 2])
+            | (h.reserved1 != [0; 4])
+            | (r.len() != RECORD_HEADER_LEN + len)
+            | (end > self.batch_end)
+            | (end > win.end())
+            | padding.iter().any(|&b| b != 0)
+            | (h.seq.get() != self.expect_seq)
+            | (h.prev_crc.get() != self.prev_crc)
+            | (last != (end == self.batch_end))
+            | (last & cont)
+            | (self.first_batch & (self.counts.records == 1))
         {
             return false;
         }
