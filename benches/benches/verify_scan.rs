@@ -7,8 +7,9 @@
 //! It then times:
 //!
 //! - `verify_scan/verifier_full`: `verifier::verify(dir, &Default::default(), ..)`, a full scan
-//!   with pread, one segment in memory at a time. Throughput is the total bytes of the segment
-//!   files;
+//!   with pread, streaming each segment through one reused 1 MiB window (`Storage::scan_window`).
+//!   Throughput is the total bytes of the segment files (the spare segment, also read and
+//!   checked to be zero, is not counted);
 //! - `verify_scan/scan_log_mmap_full`: `wal::scan_log(&FileStorage, true)`, the same walk over
 //!   memory maps;
 //! - `verify_scan_entries/verifier_full`: the verifier again, with throughput in entries/s;
@@ -20,9 +21,10 @@
 //! time, and interleaving cancels most of that. The two diagnostic operations are:
 //!
 //! - `pread_map_only`: only what the verifier's `ReadOnlyDir::map` does for each segment file
-//!   (allocate, pread the whole file, turn it into an `Arc<[u8]>`), with no walk;
+//!   (pread the whole file into a segment-sized buffer), with no walk. A full scan no longer
+//!   calls it (only a damaged segment is read whole), so this is what the windows saved;
 //! - `scan_pooled_pread`: `scan_log(full)` over a bench-local storage that preads each segment
-//!   into one reused buffer, which shows what a cheaper `map` in `verifier/src/pread.rs` would give;
+//!   whole into one reused buffer and then walks it (no windows: what the verifier did before);
 //! - `crc32c record 3 calls`: the checksum work of one record in `scan::decode` at b436af5, and
 //!   nothing else. Per 304-byte record (48-byte header + 256-byte payload): `crc32c` of 40
 //!   header bytes (`header_crc`), then `crc32c` of 44 header bytes appended with the 256-byte

@@ -1,6 +1,7 @@
 //! Read-only verification of a `wal` log directory: the CRC verdict of DESIGN.md with where the
-//! damage is, and statistics. It never writes, reads with `pread` (never a map), holds one segment
-//! in memory at a time, and shares the engine's walker and decision table rather than having a
+//! damage is, and statistics. It never writes, reads with `pread` (never a map), streams each
+//! segment through one reused window of about 1 MiB (a damaged segment is read whole, once, to
+//! classify the damage), and shares the engine's walker and decision table rather than having a
 //! second decoder.
 //!
 //! ```
@@ -64,6 +65,7 @@ pub fn verify(dir: &Path, opts: &VerifyOptions, progress: &mut dyn FnMut(Progres
 }
 
 impl Stats {
+    #[inline]
     fn count(&mut self, r: &wal::scan::Rec<'_>) {
         self.records += 1;
         self.min_epoch = Some(self.min_epoch.map_or(r.epoch, |e| e.min(r.epoch)));

@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use wal::storage::{Completion, FileId, LockGuard, Mapping, Storage, Submission};
 
+/// Bytes a full scan reads at a time: small enough to stay in the CPU's cache while it is
+/// walked, large enough that the read calls cost little.
+pub const SCAN_WINDOW: usize = 1 << 20;
+
 #[derive(Debug)]
 pub struct ReadOnlyDir {
     dir: PathBuf,
@@ -94,7 +98,9 @@ impl Storage for ReadOnlyDir {
         self.with(file, |f| wal::storage::pread_full(f, offset, buf))
     }
 
-    /// Reads the whole file with pread: memory is one segment, never the log.
+    /// Reads the whole file with pread: memory is one segment, never the log. A full scan reads
+    /// segments in windows instead ([`Storage::scan_window`]); this serves the rest (a damaged
+    /// segment's classification, the whole-file checks of an unusual file).
     fn map(&self, file: FileId) -> io::Result<Mapping> {
         let len = self.len(file)? as usize;
         let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
@@ -114,6 +120,12 @@ impl Storage for ReadOnlyDir {
         }
         *spare = Some(buf.clone());
         Ok(Mapping::Bytes(buf))
+    }
+
+    /// A full scan streams each segment through one window-sized buffer: a window is walked
+    /// while it is in cache, and memory stays one window (see `wal::scan_log_with`).
+    fn scan_window(&self) -> Option<usize> {
+        Some(SCAN_WINDOW)
     }
 
     fn submit(&self, _: Submission) -> io::Result<()> {

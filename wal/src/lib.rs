@@ -23,6 +23,7 @@
 
 mod batch;
 pub mod classify;
+mod crc;
 pub mod error;
 pub mod format;
 pub mod io_thread;

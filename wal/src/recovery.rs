@@ -7,8 +7,9 @@
 
 use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
-use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Step, Walker};
-use crate::storage::{Mapping, Storage};
+use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Walked, Walker, Window};
+use crate::storage::{FileId, Mapping, Storage};
+use std::cell::Cell;
 use zerocopy::FromBytes;
 
 /// How an open treats damage. The verifier always reports; this decides what a writer does.
@@ -168,6 +169,11 @@ fn damage_at(verdict: CrcVerdict, kind: DamageKind, segment: u64, offset: u64) -
     Damage { verdict, kind, segment, offset, lsn: 0, seq: 0, batch_start: offset, batch_lsn: 0 }
 }
 
+fn spare_before_data(seq: u64) -> Damage {
+    let kind = DamageKind::BadSegmentHeader("empty segment before a segment holding data");
+    damage_at(CrcVerdict::Corrupt, kind, seq, 0)
+}
+
 fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool) -> Damage {
     Damage {
         verdict: scan::classify(bytes, r, later),
@@ -179,6 +185,187 @@ fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool) -> Damage 
         batch_start: r.batch_start,
         batch_lsn: r.batch_lsn,
     }
+}
+
+/// What a windowed walk of one segment ended with.
+enum Windowed {
+    /// The segment checked out to its clean end: its header and the walker there.
+    Clean(SegmentHeader, Box<Walker>),
+    /// Every byte is zero: a pre-created segment that never took a record.
+    Spare,
+    /// Anything else (damage, a file that changed length): the segment is read whole and
+    /// walked again, which judges it exactly as a scan of a map does (damage is rare, and
+    /// classifying it needs the whole segment). Records below `visited_until` were visited.
+    Redo { visited_until: u64 },
+}
+
+/// Reads are aligned to this many bytes of the file.
+const READ_ALIGN: usize = 4096;
+
+/// Walks segment `seq` through windows of about `window` bytes read into `buf` (one buffer,
+/// reused; it grows only for a record longer than a window), each walked while it is in cache.
+fn walk_windowed(
+    storage: &dyn Storage,
+    seq: u64,
+    expect: &Expect,
+    logical: Option<Logical>,
+    window: usize,
+    buf: &mut Vec<u8>,
+    visit: &mut impl FnMut(&Rec<'_>),
+) -> Result<Windowed> {
+    let name = segment_file_name(seq);
+    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let r = walk_file(storage, f, expect, logical, window, buf, visit);
+    storage.close(f);
+    r.map_err(|e| Error::io(format!("reading {name}"), e))
+}
+
+/// Reads `len` bytes at `at` into the front of `buf` (grown if needed): false when the file
+/// ended first (it changed length under the scan).
+fn fill(storage: &dyn Storage, f: FileId, buf: &mut Vec<u8>, at: usize, len: usize) -> std::io::Result<bool> {
+    if buf.is_empty() {
+        // Zeroed by the allocator (fresh pages are zero already), not by a memset.
+        *buf = vec![0u8; len];
+    } else if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    let n = storage.read_at(f, at as u64, buf.get_mut(..len).unwrap_or_default())?;
+    Ok(n == len)
+}
+
+fn walk_file(
+    storage: &dyn Storage,
+    f: FileId,
+    expect: &Expect,
+    logical: Option<Logical>,
+    window: usize,
+    buf: &mut Vec<u8>,
+    visit: &mut impl FnMut(&Rec<'_>),
+) -> std::io::Result<Windowed> {
+    let redo = |w: Option<&Walker>| Ok(Windowed::Redo { visited_until: w.map_or(0, |w| w.offset()) });
+    let file_len = storage.len(f)? as usize;
+    let window = window.next_multiple_of(READ_ALIGN).max(READ_ALIGN);
+    let mut base = 0usize;
+    let mut len = window.min(file_len);
+    if !fill(storage, f, buf, 0, len)? {
+        return redo(None);
+    }
+    // A file too short for a header is judged whole.
+    if file_len < SEGMENT_HEADER_LEN {
+        return redo(None);
+    }
+    if is_zero(buf.get(..SEGMENT_HEADER_LEN).unwrap_or_default()) {
+        // A spare if every byte is zero; anything else is judged whole.
+        loop {
+            if !is_zero(buf.get(..len).unwrap_or_default()) {
+                return redo(None);
+            }
+            base += len;
+            if base >= file_len {
+                return Ok(Windowed::Spare);
+            }
+            len = window.min(file_len - base);
+            if !fill(storage, f, buf, base, len)? {
+                return redo(None);
+            }
+        }
+    }
+    let header = match scan::read_start_in(buf.get(..len).unwrap_or_default(), file_len, expect) {
+        Start::Segment(h) => h,
+        _ => return redo(None),
+    };
+    let mut w = Walker::new(header, logical);
+    // The batch frames this walk accepted, one bit per sector (batches start on a sector, the
+    // first right after the segment header): a footer's index point that names one needs no
+    // read. The frame checked out with the same bytes and its batch ended before the footer's
+    // data end, so decoding it again there gives the same frame.
+    let frames: Vec<Cell<u64>> = (0..file_len.div_ceil(SECTOR * 64)).map(|_| Cell::new(0)).collect();
+    let first_frame = Cell::new(false);
+    let bit = |off: u64| {
+        let off = off as usize;
+        (off.is_multiple_of(SECTOR)).then(|| (frames.get(off / SECTOR / 64), 1u64 << (off / SECTOR % 64)))
+    };
+    let visit = &mut |r: &Rec<'_>| {
+        if r.kind == Kind::Frame {
+            if r.offset == SEGMENT_HEADER_LEN as u64 {
+                first_frame.set(true);
+            } else if let Some((Some(word), b)) = bit(r.offset) {
+                word.set(word.get() | b);
+            }
+        }
+        visit(r);
+    };
+    // A footer's index point outside the window: a frame this walk accepted, or read just it.
+    let probe = |off: u64, data_end: u64| {
+        let walked = if off == SEGMENT_HEADER_LEN as u64 {
+            first_frame.get()
+        } else {
+            bit(off).is_some_and(|(word, b)| word.is_some_and(|w| w.get() & b != 0))
+        };
+        if walked {
+            return true;
+        }
+        let end = (data_end as usize).min(file_len);
+        let n = record_len(FRAME_PAYLOAD_LEN).min(end.saturating_sub(off as usize));
+        let mut b = [0u8; record_len(FRAME_PAYLOAD_LEN)];
+        let Some(b) = b.get_mut(..n) else { return false };
+        if !matches!(storage.read_at(f, off, b), Ok(k) if k == n) {
+            return false;
+        }
+        let win = Window::new(b, off, file_len as u64, None);
+        scan::frame_at(&win, off as usize, data_end as usize)
+    };
+    loop {
+        let win = Window::new(buf.get(..len).unwrap_or_default(), base as u64, file_len as u64, Some(&probe));
+        match w.walk(&win, visit) {
+            Walked::End => return Ok(Windowed::Clean(header, Box::new(w))),
+            Walked::Record(_) | Walked::Damage(_) => return redo(Some(&w)),
+            Walked::NeedMore { from, end } => {
+                let (from, end) = (from as usize, (end as usize).min(file_len));
+                let at = from - from % READ_ALIGN;
+                if at < base || at >= file_len {
+                    // Never asked for: a walk only moves forward, inside the file.
+                    return redo(Some(&w));
+                }
+                base = at;
+                len = window.max(end.saturating_sub(at)).min(file_len - at);
+                if !fill(storage, f, buf, at, len)? {
+                    return redo(Some(&w));
+                }
+            }
+        }
+    }
+}
+
+/// The checks of a segment walked to its clean end. `Some` is the damage they find.
+fn check_walked_end(
+    seq: u64,
+    header: &SegmentHeader,
+    w: &Walker,
+    later_data: bool,
+    meta: &MetaFile,
+    lsn_here: u64,
+) -> Option<Damage> {
+    let closed = meta.closed_segment_seq.get();
+    let lsn_end = w.logical.as_ref().map_or(lsn_here, |l| l.next_lsn);
+    let at_lsn = |mut d: Damage| {
+        d.lsn = lsn_end;
+        d.batch_lsn = lsn_end;
+        d
+    };
+    if w.footer.is_none() && (later_data || seq == closed) {
+        return Some(at_lsn(damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, w.data_end)));
+    }
+    if seq == closed && w.footer.as_ref().is_some_and(|f| f.crc != meta.closed_footer_crc.get()) {
+        let at = footer_offset(header.segment_len.get()) as u64;
+        return Some(at_lsn(damage_at(
+            CrcVerdict::Corrupt,
+            DamageKind::BadFooter("differs from the footer the clean close recorded"),
+            seq,
+            at,
+        )));
+    }
+    None
 }
 
 /// How deep a scan reads.
@@ -269,6 +456,8 @@ pub fn scan_log_with(
     out.next_seq = meta.floor_first_record_seq.get();
     out.last_crc = meta.floor_prev_crc.get();
     let mut logical: Option<Logical> = None;
+    // The one buffer a windowed scan reads into.
+    let mut buf = Vec::new();
     // The next LSN at the end of the previous segment, once known: whole-file damage is
     // reported at it.
     let mut lsn_here = 0u64;
@@ -285,25 +474,50 @@ pub fn scan_log_with(
             out.damage = Some(at_lsn(d, lsn_here));
             break;
         }
-        let bytes = if depth == Depth::Quick { read_ends(storage, seq)? } else { map_segment(storage, seq)? };
         let expect = Expect {
             segment_seq: seq,
             log_id: meta.log_id,
             first_record_seq: Some(out.next_seq),
             prev_crc: Some(out.last_crc),
         };
+        // Records of this segment a windowed walk already visited.
+        let mut visited_until = 0u64;
+        if let (true, Some(window)) = (full, storage.scan_window()) {
+            let walked = &mut out.records_walked;
+            let windowed =
+                walk_windowed(storage, seq, &expect, logical.clone(), window, &mut buf, &mut |r| {
+                    *walked += 1;
+                    visit(seq, r);
+                })?;
+            match windowed {
+                Windowed::Clean(header, mut w) => {
+                    // As a whole walk does: the walker took the state at the segment's start.
+                    logical = None;
+                    if let Some(d) = check_walked_end(seq, &header, &w, later_data(i), &meta, lsn_here) {
+                        out.damage = Some(d);
+                        break;
+                    }
+                    logical = w.logical.clone();
+                    lsn_here = logical.as_ref().map_or(lsn_here, |l| l.next_lsn);
+                    out.absorb_walk(seq, header, &mut w);
+                    continue;
+                }
+                Windowed::Spare => {
+                    if later {
+                        out.damage = Some(at_lsn(spare_before_data(seq), lsn_here));
+                        break;
+                    }
+                    out.spares.push(seq);
+                    continue;
+                }
+                Windowed::Redo { visited_until: v } => visited_until = v,
+            }
+        }
+        let bytes = if depth == Depth::Quick { read_ends(storage, seq)? } else { map_segment(storage, seq)? };
         let header = match scan::read_start(&bytes, &expect) {
             Start::Spare => {
                 if later {
-                    out.damage = Some(at_lsn(
-                        damage_at(
-                            CrcVerdict::Corrupt,
-                            DamageKind::BadSegmentHeader("empty segment before a segment holding data"),
-                            seq,
-                            0,
-                        ),
-                        lsn_here,
-                    ));
+                    out.damage = Some(at_lsn(spare_before_data(seq), lsn_here));
                     break;
                 }
                 out.spares.push(seq);
@@ -364,14 +578,22 @@ pub fn scan_log_with(
             continue;
         }
         let mut w = Walker::new(header, logical.take());
-        let damage = loop {
-            match w.next(&bytes) {
-                Step::Record(r) => {
-                    out.records_walked += 1;
-                    visit(seq, &r);
-                }
-                Step::End => break None,
-                Step::Damage(r) => break Some(r),
+        let walked = &mut out.records_walked;
+        let end = w.walk(&Window::whole(&bytes), &mut |r| {
+            if r.offset >= visited_until {
+                *walked += 1;
+                visit(seq, r);
+            }
+        });
+        let damage = match end {
+            Walked::End => None,
+            Walked::Damage(r) => Some(r),
+            Walked::Record(_) | Walked::NeedMore { .. } => {
+                // A whole segment holds every byte there is: never reached.
+                return Err(Error::io(
+                    format!("walking segment {seq}"),
+                    std::io::Error::other("the walk of a whole segment stopped early"),
+                ));
             }
         };
         if let Some(r) = damage {
@@ -381,25 +603,8 @@ pub fn scan_log_with(
             out.logical = w.logical;
             break;
         }
-        let lsn_end = w.logical.as_ref().map_or(lsn_here, |l| l.next_lsn);
-        if w.footer.is_none() && (later_data(i) || seq == closed) {
-            out.damage = Some(at_lsn(
-                damage_at(CrcVerdict::Corrupt, DamageKind::MissingFooter, seq, w.data_end),
-                lsn_end,
-            ));
-            break;
-        }
-        if seq == closed && w.footer.as_ref().is_some_and(|f| f.crc != meta.closed_footer_crc.get()) {
-            let at = footer_offset(header.segment_len.get()) as u64;
-            out.damage = Some(at_lsn(
-                damage_at(
-                    CrcVerdict::Corrupt,
-                    DamageKind::BadFooter("differs from the footer the clean close recorded"),
-                    seq,
-                    at,
-                ),
-                lsn_end,
-            ));
+        if let Some(d) = check_walked_end(seq, &header, &w, later_data(i), &meta, lsn_here) {
+            out.damage = Some(d);
             break;
         }
         logical = w.logical.clone();

@@ -11,6 +11,7 @@
 use crate::error::DamageKind;
 use crate::format::*;
 use std::collections::BTreeMap;
+use std::fmt;
 use zerocopy::FromBytes;
 
 /// The log's logical state at a point of the record stream.
@@ -73,6 +74,76 @@ pub enum Step<'a> {
     Damage(RawDamage),
 }
 
+/// One step of a walk over a [`Window`]: a [`Step`], or the bytes the walk needs next.
+#[derive(Debug)]
+pub enum Walked<'a> {
+    Record(Rec<'a>),
+    End,
+    Damage(RawDamage),
+    /// The next step needs the file's bytes `from..end`, which the window does not hold (and the
+    /// window does not reach the end of the file). Call again with a window starting at or
+    /// before `from`; nothing the walk has done is lost.
+    NeedMore {
+        from: u64,
+        end: u64,
+    },
+}
+
+/// Judges a batch frame where a footer index point names one (`offset`, with the footer's
+/// `data_end`) when the window does not hold it: true only when
+/// `decode(file, offset, data_end)` would give a frame. A `false` from a probe that could not
+/// decide is damage, so a walker that streams windows must check such damage again whole.
+pub type FrameProbe<'p> = &'p dyn Fn(u64, u64) -> bool;
+
+/// Bytes of a segment file seen through a window: `bytes` are the file's bytes from offset
+/// `base`, and the file is `file_len` bytes long. Offsets are always offsets in the file.
+#[derive(Clone, Copy)]
+pub struct Window<'a> {
+    bytes: &'a [u8],
+    base: usize,
+    file_len: usize,
+    probe: Option<FrameProbe<'a>>,
+}
+
+impl fmt::Debug for Window<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Window({}..{} of {})", self.base, self.end(), self.file_len)
+    }
+}
+
+impl<'a> Window<'a> {
+    /// The whole file.
+    pub fn whole(bytes: &'a [u8]) -> Self {
+        Window { bytes, base: 0, file_len: bytes.len(), probe: None }
+    }
+
+    /// `bytes` of a file of `file_len` bytes, starting at offset `base`.
+    pub fn new(bytes: &'a [u8], base: u64, file_len: u64, probe: Option<FrameProbe<'a>>) -> Self {
+        let base = base as usize;
+        let file_len = (file_len as usize).max(base + bytes.len());
+        Window { bytes, base, file_len, probe }
+    }
+
+    /// Offset just past the window's last byte.
+    #[inline]
+    pub fn end(&self) -> usize {
+        self.base + self.bytes.len()
+    }
+
+    /// Whether the bytes up to `end` can be judged from this window: it holds them, or it
+    /// reaches the end of the file (so whatever it lacks, the file lacks too).
+    #[inline]
+    fn covers(&self, end: usize) -> bool {
+        end <= self.end() || self.end() >= self.file_len
+    }
+
+    /// The file's bytes `start..end`, if the window holds them.
+    #[inline]
+    fn get(&self, start: usize, end: usize) -> Option<&'a [u8]> {
+        self.bytes.get(start.checked_sub(self.base)?..end.checked_sub(self.base)?)
+    }
+}
+
 /// What the start of a segment file says.
 #[derive(Debug)]
 pub enum Start {
@@ -104,6 +175,13 @@ pub struct FooterInfo {
 
 /// Reads and checks a segment header.
 pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
+    read_start_in(bytes, bytes.len(), expect)
+}
+
+/// [`read_start`] for a file of `file_len` bytes of which `bytes` are the first. Unless `bytes`
+/// is the whole file, it must hold a segment header that is not all zero (a spare is judged on
+/// the whole file).
+pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> Start {
     let damage = |kind, semantic: bool, header_ok: bool| {
         Start::Damage(RawDamage {
             kind,
@@ -113,7 +191,7 @@ pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
             header_ok,
             body_ok: false,
             semantic,
-            short_at_eof: !header_ok && bytes.len() < SEGMENT_HEADER_LEN,
+            short_at_eof: !header_ok && file_len < SEGMENT_HEADER_LEN,
             seq: expect.first_record_seq.unwrap_or(0),
             lsn: 0,
             batch_lsn: 0,
@@ -157,15 +235,15 @@ pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
     if !(MIN_SEGMENT_LEN..=MAX_SEGMENT_LEN).contains(&len) || !(len as usize).is_multiple_of(SECTOR) {
         return damage(DamageKind::BadSegmentHeader("impossible segment length"), true, true);
     }
-    if (bytes.len() as u64) < u64::from(len) {
+    if (file_len as u64) < u64::from(len) {
         let mut d = damage(DamageKind::ShortAtEof, false, true);
         if let Start::Damage(r) = &mut d {
             r.short_at_eof = true;
-            r.offset = bytes.len() as u64;
+            r.offset = file_len as u64;
         }
         return d;
     }
-    if bytes.len() as u64 > u64::from(len) {
+    if file_len as u64 > u64::from(len) {
         return damage(DamageKind::BadSegmentHeader("file longer than its segment length"), true, true);
     }
     if matches!(h.first_record_seq.get(), 0 | u64::MAX) {
@@ -203,60 +281,112 @@ pub(crate) struct DecodeError {
     pub short_at_eof: bool,
 }
 
+/// Why a record could not be decoded from a window.
+pub(crate) enum DecodeFail {
+    Bad(DecodeError),
+    /// The record's bytes up to this offset are past the window's end.
+    More(usize),
+}
+
+impl From<DecodeError> for DecodeFail {
+    fn from(e: DecodeError) -> Self {
+        DecodeFail::Bad(e)
+    }
+}
+
 /// Decodes the record at `off`, which must end at or before `limit`.
 pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'_>, DecodeError> {
+    match decode_in(&Window::whole(bytes), off, limit) {
+        Ok(d) => Ok(d),
+        Err(DecodeFail::Bad(e)) => Err(e),
+        // A whole file holds every byte there is.
+        Err(DecodeFail::More(_)) => Err(DecodeError {
+            kind: DamageKind::ShortAtEof,
+            header_ok: false,
+            semantic: false,
+            short_at_eof: true,
+        }),
+    }
+}
+
+/// [`decode`] from a window: the same checks in the same order, and `More` when the window
+/// ends before the bytes the next check needs.
+#[inline]
+pub(crate) fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Result<Decoded<'a>, DecodeFail> {
     let err =
         |kind, header_ok, semantic, short_at_eof| DecodeError { kind, header_ok, semantic, short_at_eof };
-    let Some(hb) = bytes.get(off..off + RECORD_HEADER_LEN) else {
-        return Err(err(DamageKind::ShortAtEof, false, false, true));
+    if !win.covers(off + RECORD_HEADER_LEN) {
+        return Err(DecodeFail::More(off + RECORD_HEADER_LEN));
+    }
+    let Some(hb) = win.get(off, off + RECORD_HEADER_LEN) else {
+        return Err(err(DamageKind::ShortAtEof, false, false, true).into());
     };
     // Borrowed in place (every field is unaligned-safe): no copy per record.
     let Ok(header) = RecordHeader::ref_from_bytes(hb) else {
-        return Err(err(DamageKind::ShortAtEof, false, false, true));
+        return Err(err(DamageKind::ShortAtEof, false, false, true).into());
     };
-    let actual = header.compute_header_crc();
+    // Both checksums in one pass when the (not yet trusted) length allows reading the record:
+    // they are pure functions of the bytes, so the checks below judge exactly as if each were
+    // computed at its turn.
+    let payload_len = header.payload_len.get();
+    let end = off + record_len(payload_len as usize);
+    let fused = (payload_len <= MAX_PAYLOAD_LEN && end <= win.file_len && end <= limit && win.covers(end))
+        .then(|| win.get(off, off + RECORD_HEADER_LEN + payload_len as usize))
+        .flatten()
+        .map(|r| {
+            let [c] = crate::crc::record_crcs([r]);
+            c
+        });
+    let actual = fused.map_or_else(|| header.compute_header_crc(), |c| c.0);
     if actual != header.header_crc.get() {
         // Checked only on failure: a valid header is never all zero.
         if is_zero(hb) {
-            return Err(err(DamageKind::ZeroHeader, false, false, false));
+            return Err(err(DamageKind::ZeroHeader, false, false, false).into());
         }
         return Err(err(
             DamageKind::HeaderChecksum { expected: header.header_crc.get(), actual },
             false,
             false,
             false,
-        ));
+        )
+        .into());
     }
     let Some(kind) = Kind::from_u8(header.kind) else {
-        return Err(err(DamageKind::BadKind(header.kind), true, true, false));
+        return Err(err(DamageKind::BadKind(header.kind), true, true, false).into());
     };
     if header.flags & !kind.allowed_flags() != 0 {
-        return Err(err(DamageKind::BadFlags(header.flags), true, true, false));
+        return Err(err(DamageKind::BadFlags(header.flags), true, true, false).into());
     }
     if header.reserved0 != [0; 2] || header.reserved1 != [0; 4] {
-        return Err(err(DamageKind::NonZeroReserved, true, true, false));
+        return Err(err(DamageKind::NonZeroReserved, true, true, false).into());
     }
-    let payload_len = header.payload_len.get();
     if payload_len > MAX_PAYLOAD_LEN {
-        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false));
+        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false).into());
     }
     let total_len = record_len(payload_len as usize);
-    let end = off + total_len;
-    if end > bytes.len() {
-        return Err(err(DamageKind::ShortAtEof, true, false, true));
+    if end > win.file_len {
+        return Err(err(DamageKind::ShortAtEof, true, false, true).into());
     }
     if end > limit {
-        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false));
+        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false).into());
+    }
+    if !win.covers(end) {
+        return Err(DecodeFail::More(end));
     }
     let body = off + RECORD_HEADER_LEN;
-    let payload = bytes.get(body..body + payload_len as usize).unwrap_or_default();
-    // The header (from byte 4) and the payload are contiguous: one checksum call over both.
-    let actual = crc32c::crc32c(bytes.get(off + 4..body + payload_len as usize).unwrap_or_default());
+    let payload = win.get(body, body + payload_len as usize).unwrap_or_default();
+    // The header (from byte 4) and the payload are contiguous: one checksum over both.
+    let actual = fused.map_or_else(
+        || crc32c::crc32c(win.get(off + 4, body + payload_len as usize).unwrap_or_default()),
+        |c| c.1,
+    );
     if actual != header.crc.get() {
-        return Err(err(DamageKind::Checksum { expected: header.crc.get(), actual }, true, false, false));
+        return Err(
+            err(DamageKind::Checksum { expected: header.crc.get(), actual }, true, false, false).into()
+        );
     }
-    if !is_zero(bytes.get(body + payload_len as usize..end).unwrap_or_default()) {
-        return Err(err(DamageKind::NonZeroPadding, true, false, false));
+    if !is_zero(win.get(body + payload_len as usize, end).unwrap_or_default()) {
+        return Err(err(DamageKind::NonZeroPadding, true, false, false).into());
     }
     Ok(Decoded { header, kind, payload, total_len })
 }
@@ -264,8 +394,23 @@ pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Data,
+    /// Checking that the rest of the data area, from `tail_start`, is zero; done up to `tail_at`.
+    Tail,
     Footer,
     Done,
+}
+
+/// The record at `off` (header and payload) and the offset after it, by the length its header
+/// claims (not yet checked), if it ends within `limit` (and so the window).
+#[inline(always)]
+fn locate<'a>(win: &Window<'a>, off: usize, limit: usize) -> Option<(&'a [u8], usize)> {
+    let len =
+        win.get(off + 12, off + 16).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(u32::from_le_bytes)?;
+    let end = off + record_len(len as usize);
+    if len > MAX_PAYLOAD_LEN || end > limit {
+        return None;
+    }
+    Some((win.get(off, off + RECORD_HEADER_LEN + len as usize)?, end))
 }
 
 /// Running counts a footer must agree with.
@@ -291,6 +436,9 @@ pub struct Walker {
     batch_end: usize,
     batch_left: u32,
     batch_lsn: u64,
+    /// Where the zero rest of the data area starts, and how far it is checked (phase `Tail`).
+    tail_start: usize,
+    tail_at: usize,
     first_batch: bool,
     group_open: bool,
     phase: Phase,
@@ -322,6 +470,8 @@ impl Walker {
             batch_end: SEGMENT_HEADER_LEN,
             batch_left: 0,
             batch_lsn: 0,
+            tail_start: 0,
+            tail_at: 0,
             first_batch: true,
             group_open: false,
             phase: Phase::Data,
@@ -399,77 +549,254 @@ impl Walker {
         }
     }
 
-    fn semantic(&mut self, kind: DamageKind, off: usize) -> Step<'static> {
-        Step::Damage(self.damage(kind, off, true, true, true, false))
+    fn semantic(&mut self, kind: DamageKind, off: usize) -> Walked<'static> {
+        Walked::Damage(self.damage(kind, off, true, true, true, false))
+    }
+
+    /// The rest of the data area after the last batch must be zero up to the footer slot.
+    fn read_tail<'a>(&mut self, win: &Window<'a>) -> Walked<'a> {
+        let start = self.tail_start;
+        let end = self.limit.min(win.file_len);
+        let upto = end.min(win.end());
+        if self.tail_at < upto {
+            if let Some(p) = first_nonzero(win.get(self.tail_at, upto).unwrap_or_default()) {
+                let at = start + ((self.tail_at + p - start) & !(ALIGN - 1));
+                let mut r = self.damage(DamageKind::NonZeroTail, at, false, false, false, false);
+                // Bytes after the end of the data can only be a later batch: a cut starts here.
+                r.batch_start = start as u64;
+                return Walked::Damage(r);
+            }
+            self.tail_at = upto;
+        }
+        if self.tail_at < end {
+            // Any next window will do: the rest is checked a window at a time.
+            return Walked::NeedMore { from: self.tail_at as u64, end: self.tail_at as u64 + 1 };
+        }
+        if win.file_len < self.limit {
+            return Walked::Damage(self.damage(
+                DamageKind::ShortAtEof,
+                win.file_len,
+                true,
+                false,
+                false,
+                true,
+            ));
+        }
+        self.phase = Phase::Footer;
+        self.read_footer(win)
     }
 
     /// The next valid record, the clean end of the segment, or the first damage.
     pub fn next<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
-        match self.phase {
-            Phase::Done => Step::End,
-            Phase::Footer => self.read_footer(bytes),
-            Phase::Data => self.read_data(bytes),
+        match self.step(&Window::whole(bytes)) {
+            Walked::Record(r) => Step::Record(r),
+            Walked::End => Step::End,
+            Walked::Damage(d) => Step::Damage(d),
+            // A whole file holds every byte there is; never reached.
+            Walked::NeedMore { from, .. } => {
+                Step::Damage(self.damage(DamageKind::ShortAtEof, from as usize, false, false, false, true))
+            }
         }
     }
 
-    fn read_data<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
+    /// Walks to the clean end of the segment, the first damage, or the end of what `win` holds,
+    /// calling `visit` for every valid record. Never returns [`Walked::Record`].
+    #[inline]
+    pub fn walk<'a>(&mut self, win: &Window<'a>, visit: &mut impl FnMut(&Rec<'a>)) -> Walked<'a> {
+        loop {
+            if self.phase == Phase::Data && self.batch_left > 0 {
+                self.walk_entries(win, visit);
+            }
+            match self.step(win) {
+                Walked::Record(r) => visit(&r),
+                other => return other,
+            }
+        }
+    }
+
+    /// The entries of the current batch, in a tight loop: up to three records are located by
+    /// the lengths in their (not yet checked) headers and their checksums computed at once, then
+    /// each is checked and applied in order. A record is accepted here only if every check
+    /// [`Walker::step`] makes passes, with the same effect on the walker; at anything else (a
+    /// failed check, another kind of record, the end of the window) this returns, and `step`
+    /// judges that record as usual.
+    fn walk_entries<'a>(&mut self, win: &Window<'a>, visit: &mut impl FnMut(&Rec<'a>)) {
+        let limit = self.batch_end.min(win.end());
+        while self.batch_left > 0 {
+            let left = self.batch_left;
+            // Where the next records are, by the lengths their headers claim.
+            let Some((a, next)) = locate(win, self.off, limit) else { return };
+            let b = if left >= 2 { locate(win, next, limit) } else { None };
+            let c = match b {
+                Some((_, next)) if left >= 3 => locate(win, next, limit),
+                _ => None,
+            };
+            let (b, c) = (b.map(|b| b.0), c.map(|c| c.0));
+            let crcs = match (b, c) {
+                (Some(b), Some(c)) => crate::crc::record_crcs([a, b, c]),
+                (Some(b), None) => {
+                    let [x, y] = crate::crc::record_crcs([a, b]);
+                    [x, y, (0, 0)]
+                }
+                _ => {
+                    let [x] = crate::crc::record_crcs([a]);
+                    [x, (0, 0), (0, 0)]
+                }
+            };
+            // One call site: the visitor inlines once.
+            for (r, crc) in [Some(a), b, c].into_iter().zip(crcs) {
+                let Some(r) = r else { break };
+                if !self.accept_entry(win, r, crc, visit) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Accepts the entry `r` (header and payload) at the walker's offset, whose checksums are
+    /// `(header_crc, crc)`, if everything [`Walker::read_data`], `decode` and
+    /// [`Walker::apply`] check of an entry inside a batch passes; then applies it exactly as they
+    /// do and visits it. Otherwise changes nothing.
+    #[inline(always)]
+    fn accept_entry<'a>(
+        &mut self,
+        win: &Window<'a>,
+        r: &'a [u8],
+        (header_crc, crc): (u32, u32),
+        visit: &mut impl FnMut(&Rec<'a>),
+    ) -> bool {
+        let off = self.off;
+        let Some(h) = r.get(..RECORD_HEADER_LEN).and_then(|b| RecordHeader::ref_from_bytes(b).ok()) else {
+            return false;
+        };
+        let len = h.payload_len.get() as usize;
+        let body_end = off + RECORD_HEADER_LEN + len;
+        let end = off + record_len(len);
+        let last = self.batch_left == 1;
+        let cont = h.flags & FLAG_GROUP_CONT != 0;
+        // decode: both checksums, kind, flags, reserved bytes, the length (within the batch, the
+        // window and so the file), the zero padding (under 8 bytes). Then read_data: the chain,
+        // the batch's structure (the last record ends the batch and closes any user batch; no
+        // other record reaches its end), not the segment's first record. (`|`, not `||`: cheap
+        // comparisons, one branch.)
+        let Some(padding) = win.get(body_end, end) else { return false };
+        if (h.header_crc.get() != header_crc)
+            | (h.crc.get() != crc)
+            | (h.kind != Kind::Entry as u8)
+            | (h.flags & !Kind::Entry.allowed_flags() != 0)
+            | (h.reserved0 != [0; 2])
+            | (h.reserved1 != [0; 4])
+            | (r.len() != RECORD_HEADER_LEN + len)
+            | (end > self.batch_end)
+            | (end > win.end())
+            | padding.iter().any(|&b| b != 0)
+            | (h.seq.get() != self.expect_seq)
+            | (h.prev_crc.get() != self.prev_crc)
+            | (last != (end == self.batch_end))
+            | (last & cont)
+            | (self.first_batch & (self.counts.records == 1))
+        {
+            return false;
+        }
+        let Some(next_seq) = self.expect_seq.checked_add(1) else { return false };
+        // apply: the epoch in force, the next LSN.
+        let (lsn, epoch) = (h.lsn.get(), h.epoch.get());
+        let Some(l) = self.logical.as_mut() else { return false };
+        let Some(next_lsn) = lsn.checked_add(1) else { return false };
+        if epoch != l.epoch || lsn != l.next_lsn {
+            return false;
+        }
+        l.first_lsn.get_or_insert(lsn);
+        l.next_lsn = next_lsn;
+        let c = &mut self.counts;
+        c.min_lsn = if c.entries == 0 { lsn } else { c.min_lsn.min(lsn) };
+        c.max_lsn = if c.entries == 0 { lsn } else { c.max_lsn.max(lsn) };
+        c.entries += 1;
+        c.records += 1;
+        self.batch_left -= 1;
+        self.group_open = cont;
+        if last {
+            self.first_batch = false;
+            self.data_end = end as u64;
+        }
+        self.off = end;
+        self.expect_seq = next_seq;
+        self.prev_crc = crc;
+        visit(&Rec {
+            kind: Kind::Entry,
+            flags: h.flags,
+            seq: h.seq.get(),
+            lsn,
+            epoch,
+            payload: r.get(RECORD_HEADER_LEN..).unwrap_or_default(),
+            offset: off as u64,
+            crc,
+            prev_crc: h.prev_crc.get(),
+        });
+        true
+    }
+
+    /// One step over a window: like [`Walker::next`], or [`Walked::NeedMore`].
+    #[inline]
+    pub fn step<'a>(&mut self, win: &Window<'a>) -> Walked<'a> {
+        match self.phase {
+            Phase::Done => Walked::End,
+            Phase::Footer => self.read_footer(win),
+            Phase::Tail => self.read_tail(win),
+            Phase::Data => self.read_data(win),
+        }
+    }
+
+    #[inline]
+    fn read_data<'a>(&mut self, win: &Window<'a>) -> Walked<'a> {
         let mut off = self.off;
         if self.batch_left == 0 {
             if self.stop_at.is_some_and(|s| off as u64 >= s) {
                 self.phase = Phase::Done;
-                return Step::End;
+                return Walked::End;
             }
             // Every batch starts on a sector boundary (the first one right after the segment
             // header), so no sector holds bytes of two batches: a sector a crash dropped from a
             // batch is all zero. The gap before the boundary must be zero.
             let aligned =
                 if off <= SEGMENT_HEADER_LEN { off } else { off.next_multiple_of(SECTOR).min(self.limit) };
-            if let Some(p) = first_nonzero(bytes.get(off..aligned).unwrap_or_default()) {
+            let no_room = aligned + RECORD_HEADER_LEN > self.limit;
+            // The gap and the next batch's header (or the start of the zero rest) are judged
+            // from one window.
+            let need = if no_room { aligned } else { aligned + RECORD_HEADER_LEN };
+            if !win.covers(need) {
+                return Walked::NeedMore { from: off as u64, end: need as u64 };
+            }
+            if let Some(p) = first_nonzero(win.get(off, aligned).unwrap_or_default()) {
                 let at = off + (p & !(ALIGN - 1));
                 let mut r = self.damage(DamageKind::NonZeroPadding, at, false, false, false, false);
                 r.batch_start = off as u64;
-                return Step::Damage(r);
+                return Walked::Damage(r);
             }
             off = aligned;
             self.off = aligned;
-            let no_room = off + RECORD_HEADER_LEN > self.limit;
-            let zero = bytes.get(off..off + RECORD_HEADER_LEN).is_some_and(is_zero);
+            let zero = win.get(off, off + RECORD_HEADER_LEN).is_some_and(is_zero);
             if zero && self.first_batch && self.full && off == SEGMENT_HEADER_LEN {
                 // The header is written in the same sector as the segment's first batch, so a
                 // header with no batch after it is never a crash's doing (and a writer could
                 // not continue it): damage, cut from offset 0 back to a spare.
                 let mut r = self.damage(DamageKind::ZeroHeader, off, false, false, false, false);
                 r.batch_start = 0;
-                return Step::Damage(r);
+                return Walked::Damage(r);
             }
             if no_room || zero {
-                let rest = bytes.get(off..self.limit.min(bytes.len())).unwrap_or_default();
-                if let Some(p) = first_nonzero(rest) {
-                    let at = off + (p & !(ALIGN - 1));
-                    let mut r = self.damage(DamageKind::NonZeroTail, at, false, false, false, false);
-                    // Bytes after the end of the data can only be a later batch: a cut starts here.
-                    r.batch_start = off as u64;
-                    return Step::Damage(r);
-                }
-                if bytes.len() < self.limit {
-                    return Step::Damage(self.damage(
-                        DamageKind::ShortAtEof,
-                        bytes.len(),
-                        true,
-                        false,
-                        false,
-                        true,
-                    ));
-                }
-                self.phase = Phase::Footer;
-                return self.read_footer(bytes);
+                self.phase = Phase::Tail;
+                self.tail_start = off;
+                self.tail_at = off;
+                return self.read_tail(win);
             }
         }
-        let d = match decode(bytes, off, self.limit) {
+        let d = match decode_in(win, off, self.limit) {
             Ok(d) => d,
-            Err(e) => {
+            Err(DecodeFail::More(end)) => return Walked::NeedMore { from: off as u64, end: end as u64 },
+            Err(DecodeFail::Bad(e)) => {
                 let body_ok = e.semantic;
-                return Step::Damage(self.damage(
+                return Walked::Damage(self.damage(
                     e.kind,
                     off,
                     e.header_ok,
@@ -562,7 +889,7 @@ impl Walker {
         if self.batch_left == 0 {
             self.data_end = end as u64;
         }
-        Step::Record(Rec {
+        Walked::Record(Rec {
             kind: d.kind,
             flags: h.flags,
             seq: h.seq.get(),
@@ -672,40 +999,47 @@ impl Walker {
         Ok(())
     }
 
-    fn read_footer<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
-        self.phase = Phase::Done;
+    fn read_footer<'a>(&mut self, win: &Window<'a>) -> Walked<'a> {
         let at = self.limit;
-        let slot = bytes.get(at..at + FOOTER_SLOT_LEN).unwrap_or_default();
+        if !win.covers(at + FOOTER_SLOT_LEN) {
+            return Walked::NeedMore { from: at as u64, end: (at + FOOTER_SLOT_LEN) as u64 };
+        }
+        self.phase = Phase::Done;
+        let slot = win.get(at, at + FOOTER_SLOT_LEN).unwrap_or_default();
         if is_zero(slot) {
-            return Step::End;
+            return Walked::End;
         }
         // The footer is its own write: damage in it is judged as a batch of its own.
         self.batch_start = at;
         self.batch_end = at + FOOTER_SLOT_LEN;
         self.batch_left = 0;
         self.phase = Phase::Data;
-        let r = self.check_footer(bytes, at);
+        let r = self.check_footer(win, at);
         self.phase = Phase::Done;
         r
     }
 
-    fn check_footer<'a>(&mut self, bytes: &'a [u8], at: usize) -> Step<'a> {
-        let d = match decode(bytes, at, at + FOOTER_SLOT_LEN) {
+    fn check_footer<'a>(&mut self, win: &Window<'a>, at: usize) -> Walked<'a> {
+        let d = match decode_in(win, at, at + FOOTER_SLOT_LEN) {
             Ok(d) => d,
-            Err(e) => {
+            Err(DecodeFail::More(_)) => {
+                // The slot is in the window: never reached.
+                return Walked::Damage(self.damage(DamageKind::ShortAtEof, at, false, false, false, true));
+            }
+            Err(DecodeFail::Bad(e)) => {
                 let body_ok = e.semantic;
                 let mut r = self.damage(e.kind, at, e.header_ok, body_ok, e.semantic, e.short_at_eof);
                 // Evidence of tearing is looked for in the footer's own bytes, not the zero slot.
                 r.batch_start = at as u64;
                 r.declared_end = None;
-                return Step::Damage(r);
+                return Walked::Damage(r);
             }
         };
         let h = &d.header;
         let bad = |w: &mut Walker, k: DamageKind| {
             let mut r = w.damage(k, at, true, true, true, false);
             r.batch_start = at as u64;
-            Step::Damage(r)
+            Walked::Damage(r)
         };
         if d.kind != Kind::Footer {
             return bad(self, DamageKind::BadFooter("not a footer"));
@@ -742,16 +1076,16 @@ impl Walker {
                 return bad(self, DamageKind::BadFooter("counts disagree with the segment"));
             }
         }
-        if let Err(k) = check_index(bytes, &info.index, self.data_end) {
+        if let Err(k) = check_index(win, &info.index, self.data_end) {
             return bad(self, k);
         }
-        let rest = bytes.get(at + d.total_len..at + FOOTER_SLOT_LEN).unwrap_or_default();
+        let rest = win.get(at + d.total_len, at + FOOTER_SLOT_LEN).unwrap_or_default();
         if let Some(p) = first_nonzero(rest) {
             let off = at + d.total_len + (p & !(ALIGN - 1));
             let mut r = self.damage(DamageKind::NonZeroTail, off, false, false, false, false);
             r.batch_start = at as u64;
             r.declared_end = Some((at + FOOTER_SLOT_LEN) as u64);
-            return Step::Damage(r);
+            return Walked::Damage(r);
         }
         let Some(next_seq) = self.expect_seq.checked_add(1) else {
             return bad(self, DamageKind::BadState("record sequence overflow"));
@@ -759,7 +1093,7 @@ impl Walker {
         self.expect_seq = next_seq;
         self.prev_crc = h.crc.get();
         self.footer = Some(info);
-        Step::Record(Rec {
+        Walked::Record(Rec {
             kind: Kind::Footer,
             flags: 0,
             seq: h.seq.get(),
@@ -788,7 +1122,7 @@ pub fn read_footer_fast(bytes: &[u8], segment_len: u32) -> Option<(RecordHeader,
     Some((*d.header, info))
 }
 
-fn check_index(bytes: &[u8], index: &[IndexPoint], data_end: u64) -> Result<(), DamageKind> {
+fn check_index(win: &Window<'_>, index: &[IndexPoint], data_end: u64) -> Result<(), DamageKind> {
     let mut last = 0u64;
     for p in index {
         let off = p.offset.get();
@@ -796,12 +1130,27 @@ fn check_index(bytes: &[u8], index: &[IndexPoint], data_end: u64) -> Result<(), 
             return Err(DamageKind::BadFooter("index point out of order or range"));
         }
         last = off + 1;
-        let ok = decode(bytes, off as usize, data_end as usize).is_ok_and(|d| d.kind == Kind::Frame);
+        let here = if off as usize >= win.base {
+            match decode_in(win, off as usize, data_end as usize) {
+                Ok(d) => Some(d.kind == Kind::Frame),
+                Err(DecodeFail::Bad(_)) => Some(false),
+                Err(DecodeFail::More(_)) => None,
+            }
+        } else {
+            None
+        };
+        let ok = here.unwrap_or_else(|| win.probe.is_some_and(|probe| probe(off, data_end)));
         if !ok {
             return Err(DamageKind::BadFooter("index point does not name a batch frame"));
         }
     }
     Ok(())
+}
+
+/// Whether a batch frame is at `off` of the window (`data_end` bounds it), as a footer's index
+/// point must name: false also when the window cannot tell.
+pub(crate) fn frame_at(win: &Window<'_>, off: usize, data_end: usize) -> bool {
+    off >= win.base && matches!(decode_in(win, off, data_end), Ok(d) if d.kind == Kind::Frame)
 }
 
 pub(crate) fn parse_footer(payload: &[u8], seq: u64, crc: u32) -> Result<FooterInfo, DamageKind> {

@@ -6,10 +6,12 @@
 //! `wal.meta`) and every bit of every 61st byte of the zero-filled remainder; the exhaustive
 //! sweep over every bit of every byte is `cargo test -p wal --test corruption -- --ignored`.
 
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use wal::format::{footer_offset, record_len, segment_file_name, Kind, META_FILE_NAME};
 use wal::scan::{read_start, Expect, Start, Step, Walker};
-use wal::storage::MemStorage;
+use wal::storage::{Completion, FileId, LockGuard, Mapping, MemStorage, Storage, Submission};
 use wal::{CrcVerdict, DamageKind, Epoch, Lsn, Options, Wal};
 
 const SEG: u32 = 64 * 1024;
@@ -122,11 +124,80 @@ fn fixture() -> Fixture {
     Fixture { files, segments, meta_index }
 }
 
-/// Scans `files` with file `fi` replaced by `bytes`.
+/// `MemStorage` that asks a full scan to stream segments through windows of `window` bytes (as
+/// the verifier's pread storage does), and counts whole-file maps.
+#[derive(Debug)]
+struct Windowed {
+    inner: MemStorage,
+    window: usize,
+    maps: AtomicUsize,
+    /// The longest read asked for.
+    max_read: AtomicUsize,
+}
+
+impl Windowed {
+    fn new(inner: MemStorage, window: usize) -> Self {
+        Windowed { inner, window, maps: AtomicUsize::new(0), max_read: AtomicUsize::new(0) }
+    }
+}
+
+impl Storage for Windowed {
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
+        self.inner.open(name, create_new)
+    }
+    fn close(&self, file: FileId) {
+        self.inner.close(file)
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.inner.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn len(&self, file: FileId) -> io::Result<u64> {
+        self.inner.len(file)
+    }
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.max_read.fetch_max(buf.len(), Ordering::Relaxed);
+        self.inner.read_at(file, offset, buf)
+    }
+    fn map(&self, file: FileId) -> io::Result<Mapping> {
+        self.maps.fetch_add(1, Ordering::Relaxed);
+        self.inner.map(file)
+    }
+    fn scan_window(&self) -> Option<usize> {
+        Some(self.window)
+    }
+    fn submit(&self, sub: Submission) -> io::Result<()> {
+        self.inner.submit(sub)
+    }
+    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
+        self.inner.reap(out, wait)
+    }
+    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
+        self.inner.lock(exclusive)
+    }
+    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
+        self.inner.prepare_file(name, len)
+    }
+}
+
+/// Records a windowed scan must cross a window's end on: smaller than a segment.
+const WINDOW: usize = 4096;
+
+/// Scans `files` with file `fi` replaced by `bytes`, whole and through windows: the two scans
+/// must agree on everything (verdict, damage and its location, the segments, what was walked).
 fn scan_with(files: &[(String, Vec<u8>)], fi: usize, bytes: Vec<u8>) -> wal::LogScan {
     let mut v = files.to_vec();
     v[fi].1 = bytes;
-    wal::scan_log(&MemStorage::from_files(v), true).unwrap()
+    let st = MemStorage::from_files(v);
+    let whole = wal::scan_log(&st, true).unwrap();
+    let windowed = wal::scan_log(&Windowed::new(st, WINDOW), true).unwrap();
+    assert_eq!(format!("{windowed:?}"), format!("{whole:?}"), "the windowed scan differs");
+    whole
 }
 
 fn check(
@@ -187,6 +258,79 @@ fn flips(exhaustive: bool) -> u64 {
         }
     }
     n
+}
+
+/// A clean log scanned through windows of many sizes (records and batches across every kind of
+/// window end) gives what a whole scan gives, and never falls back to reading a segment whole.
+#[test]
+fn a_windowed_scan_of_a_clean_log_matches_the_whole_scan() {
+    let fx = fixture();
+    let st = MemStorage::from_files(fx.files.clone());
+    let whole = wal::scan_log(&st, true).unwrap();
+    assert_eq!(whole.verdict, CrcVerdict::Ok);
+    assert!(!whole.spares.is_empty(), "the fixture should have a spare segment: {whole:?}");
+    for window in [1, 4096, 8192, 12288, 16384, 32768, 65536, 1 << 20] {
+        let w = Windowed::new(st.clone(), window);
+        let scan = wal::scan_log(&w, true).unwrap();
+        assert_eq!(format!("{scan:?}"), format!("{whole:?}"), "window {window}");
+        assert_eq!(w.maps.load(Ordering::Relaxed), 0, "window {window}: a segment was read whole");
+        // One window at a time (the records here are smaller than any window).
+        let most = window.next_multiple_of(4096);
+        assert!(w.max_read.load(Ordering::Relaxed) <= most, "window {window}: a read longer than a window");
+    }
+}
+
+/// Segments whose footers index their batch frames (the main fixture cuts in every segment,
+/// which drops the index): a windowed scan checks the index points as a whole scan does, from
+/// the frames it walked, also when an index point is moved.
+#[test]
+fn a_windowed_scan_checks_footer_index_points() {
+    let st = MemStorage::new();
+    let opts = Options { segment_len_bytes: SEG, ..Options::default() };
+    let (mut log, _) = Wal::open_with(Arc::new(st.clone()), opts).unwrap();
+    for i in 0..300u32 {
+        log.append(Epoch(0), &i.to_le_bytes()).unwrap();
+        log.flush().unwrap();
+    }
+    log.close().unwrap();
+    let state = st.state();
+    let mut files: Vec<(String, Vec<u8>)> =
+        state.file_names().into_iter().map(|n| (n.clone(), state.file_bytes(&n).unwrap().to_vec())).collect();
+    files.sort();
+    let st = MemStorage::from_files(files.clone());
+    let whole = wal::scan_log(&st, true).unwrap();
+    assert_eq!(whole.verdict, CrcVerdict::Ok);
+    let indexed =
+        whole.segments.iter().filter(|s| s.footer.as_ref().is_some_and(|f| f.index.len() > 4)).count();
+    assert!(indexed >= 2, "want segments with index points: {whole:?}");
+    for window in [4096, 8192, 65536, 1 << 20] {
+        let w = Windowed::new(st.clone(), window);
+        let scan = wal::scan_log(&w, true).unwrap();
+        assert_eq!(format!("{scan:?}"), format!("{whole:?}"), "window {window}");
+        assert_eq!(w.maps.load(Ordering::Relaxed), 0, "window {window}: a segment was read whole");
+    }
+    // Move the first segment's third index point (checksums redone): onto the next batch frame
+    // (the index still checks out: the chain into the next segment breaks), and into the middle
+    // of a frame (the index does not).
+    let seg = &whole.segments[0];
+    let fi = files.iter().position(|f| f.0 == segment_file_name(seg.seq)).unwrap();
+    let at = footer_offset(SEG);
+    let point = at + 48 + wal::format::FOOTER_FIXED_LEN + 2 * wal::format::INDEX_POINT_LEN + 8;
+    let payload_len = u32::from_le_bytes(files[fi].1[at + 12..at + 16].try_into().unwrap()) as usize;
+    for (moved, want) in [(512u64, None), (8, Some("index point does not name a batch frame"))] {
+        let mut bytes = files[fi].1.clone();
+        let off = u64::from_le_bytes(bytes[point..point + 8].try_into().unwrap()) + moved;
+        bytes[point..point + 8].copy_from_slice(&off.to_le_bytes());
+        let h = crc32c::crc32c(&bytes[at + 8..at + 48]);
+        bytes[at + 4..at + 8].copy_from_slice(&h.to_le_bytes());
+        let c = crc32c::crc32c(&bytes[at + 4..at + 48 + payload_len]);
+        bytes[at..at + 4].copy_from_slice(&c.to_le_bytes());
+        let d = scan_with(&files, fi, bytes).damage.expect("a changed footer is damage");
+        match want {
+            Some(why) => assert_eq!((d.segment, &d.kind), (seg.seq, &DamageKind::BadFooter(why)), "{d}"),
+            None => assert_eq!(d.segment, seg.seq + 1, "{d}"),
+        }
+    }
 }
 
 #[test]

@@ -116,6 +116,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     /// Maps the whole file read-only. The log never shrinks a file, so a map stays valid.
     fn map(&self, file: FileId) -> io::Result<Mapping>;
+    /// How a full scan should read a segment: `None` (the default) maps it whole; `Some(n)`
+    /// streams it through one reused buffer with [`Storage::read_at`], about `n` bytes a read,
+    /// walking each window while it is in the CPU's cache (a backend whose `map` copies).
+    fn scan_window(&self) -> Option<usize> {
+        None
+    }
     fn submit(&self, sub: Submission) -> io::Result<()>;
     /// Appends available completions to `out`; with `wait`, blocks until at least one is there.
     fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()>;
