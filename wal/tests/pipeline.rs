@@ -512,3 +512,89 @@ fn cursors_tail_committed_entries_pin_purges_and_report_being_purged_past() {
     drop((near, far, pinned));
     p.close().unwrap();
 }
+
+/// A panic in a pre-hook or an after-hook fences the pipeline like a panic in apply: the
+/// submission is refused or the applied entry still resolves, the reason is kept, the process
+/// goes on.
+#[test]
+fn a_panic_in_a_hook_fences_the_pipeline_without_exiting() {
+    for which in ["pre", "after"] {
+        let st = MemStorage::new();
+        let mut hooks = Hooks::default();
+        if which == "pre" {
+            hooks.pre.push(Box::new(|_: &Kv, p: &wal::pipeline::Proposal<'_>| {
+                assert!(!p.body.starts_with(b"put boom"), "pre-hook bug");
+                Ok(())
+            }) as wal::pipeline::PreHook<Kv>);
+        } else {
+            hooks.after.push(Box::new(|_: &Kv, n: &wal::pipeline::Notice<'_>| {
+                assert!(!n.body.starts_with(b"put boom"), "after-hook bug");
+            }) as wal::pipeline::AfterHook<Kv>);
+        }
+        let (p, _) = start_mem(&st, &MemStorage::new(), opts(), hooks);
+        done(&p.submit(&put("a", "1"), None).unwrap());
+        match (which, p.submit(&put("boom", "1"), None)) {
+            ("pre", Err(Failure::Rejected(why))) => assert!(why.contains("pre-hook panicked"), "{why}"),
+            // The entry was committed and applied before the after-hook ran: its outcome stands.
+            ("after", Ok(pr)) => assert_eq!(done(&pr).0, Lsn(2)),
+            (w, other) => panic!("{w}: {other:?}"),
+        }
+        let why = p.fenced().unwrap_or_else(|| panic!("{which}: not fenced"));
+        assert!(why.contains("panicked"), "{why}");
+        assert!(matches!(p.submit(&put("b", "1"), None), Err(Failure::Rejected(_))), "{which}");
+        assert!(p.close().is_err());
+    }
+}
+
+/// Checkpoints also come on a timer when entries trickle in below the count.
+#[test]
+fn a_checkpoint_comes_after_the_interval_even_below_the_entry_count() {
+    let st = MemStorage::new();
+    let o = PipelineOptions {
+        checkpoint_every_entries: 1_000_000,
+        checkpoint_every: Duration::from_millis(50),
+        ..opts()
+    };
+    let (p, _) = start_mem(&st, &MemStorage::new(), o, Hooks::default());
+    for i in 0..3 {
+        done(&p.submit(&put(&format!("k{i}"), "v"), None).unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Crash now (no close, so no close checkpoint): the timer's checkpoint must be durable.
+    let image = st.state().crash(|_, _| SectorFate::Old);
+    drop(p);
+    let (log, _) = Wal::open_with(Arc::new(image), Options::default()).unwrap();
+    let mut r = log.replay().unwrap();
+    let mut checkpoints = Vec::new();
+    while let Some(item) = r.next() {
+        if let wal::ItemKind::Checkpoint(_) = item.unwrap().kind {
+            checkpoints.push(());
+        }
+    }
+    assert!(!checkpoints.is_empty(), "no checkpoint after the interval");
+}
+
+/// With an external commit policy (a consensus library's commit index), durable entries wait
+/// for `commit_through` before they are applied.
+#[test]
+fn an_external_commit_policy_gates_apply_on_the_commit_index() {
+    let st = MemStorage::new();
+    let o = PipelineOptions { commit: wal::pipeline::CommitPolicy::External, ..opts() };
+    let (p, _) = start_mem(&st, &MemStorage::new(), o, Hooks::default());
+    let a = p.submit(&put("a", "1"), None).unwrap();
+    let b = p.submit(&put("b", "1"), None).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(a.poll_outcome().is_none(), "applied before the commit index reached it");
+    assert_eq!(p.read(|kv| kv.map.len()), 0);
+    p.commit_through(Lsn(1));
+    assert_eq!(done(&a).0, Lsn(1));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(b.poll_outcome().is_none(), "LSN 2 applied with the commit index at 1");
+    assert_eq!(p.read(|kv| kv.map.len()), 1);
+    p.commit_through(Lsn(2));
+    assert_eq!(done(&b).0, Lsn(2));
+    // Closing with an entry durable but never committed does not hang: it is Indeterminate.
+    let c = p.submit(&put("c", "1"), None).unwrap();
+    p.close().unwrap();
+    assert!(matches!(c.wait(), Err(Failure::Indeterminate(ref why)) if why.contains("committed")));
+}

@@ -85,6 +85,11 @@ pub(crate) fn run<S: StateMachine>(
                 eprintln!("wal pipeline: snapshot failed (the log is unaffected): {e}");
             }
         }
+        if l.closing && core.opts.commit == CommitPolicy::External {
+            // Nobody will commit them any more: durable entries still waiting for the commit
+            // index are the log's to decide (a consensus library may still commit them).
+            l.release_uncommitted();
+        }
         if l.closing && l.queue.is_empty() {
             if l.since_checkpoint > 0 {
                 l.checkpoint();
@@ -134,6 +139,26 @@ impl<S: StateMachine> Loop<'_, S> {
                         self.resolve(item.promise, Err(f.clone()));
                     }
                 }
+            }
+        }
+    }
+
+    /// At close under an external commit policy: entries whose log outcome is known but that
+    /// were never committed resolve Indeterminate.
+    fn release_uncommitted(&mut self) {
+        while let Some(front) = self.queue.front() {
+            if !self.done.contains_key(&front.tag) {
+                return;
+            }
+            let Some(e) = self.queue.pop_front() else { return };
+            let outcome = self.done.remove(&e.tag);
+            for item in e.items {
+                self.forget(&item);
+                let f = match &outcome {
+                    Some(Err(f)) => f.clone(),
+                    _ => Failure::Indeterminate("the pipeline closed before the entry was committed".into()),
+                };
+                self.resolve(item.promise, Err(f));
             }
         }
     }
