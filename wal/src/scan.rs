@@ -1028,10 +1028,20 @@ impl Walker {
             }
             Err(DecodeFail::Bad(e)) => {
                 let body_ok = e.semantic;
-                let mut r = self.damage(e.kind, at, e.header_ok, body_ok, e.semantic, e.short_at_eof);
-                // Evidence of tearing is looked for in the footer's own bytes, not the zero slot.
+                let header_ok = e.header_ok;
+                let mut r = self.damage(e.kind, at, header_ok, body_ok, e.semantic, e.short_at_eof);
+                // Evidence of tearing is looked for in the footer's own bytes, not the rest of
+                // the zero slot. A header whose own checksum passed declares that extent: a
+                // footer longer than a sector (a segment of many batches) torn by a crash
+                // during its sync leaves an all-zero sector inside it, which is a torn write.
                 r.batch_start = at as u64;
-                r.declared_end = None;
+                r.declared_end = header_ok
+                    .then(|| win.get(at, at + RECORD_HEADER_LEN))
+                    .flatten()
+                    .and_then(|b| RecordHeader::ref_from_bytes(b).ok())
+                    .map(|h| {
+                        (at + record_len(h.payload_len.get() as usize)).min(at + FOOTER_SLOT_LEN) as u64
+                    });
                 return Walked::Damage(r);
             }
         };
