@@ -39,8 +39,8 @@ compare: wal vs raft-engine vs okaywal vs a raw fdatasync loop (issue 8)
 
   --quick            2 short rounds (under a minute): a smoke test, not a measurement
                      (0.4 s per workload, 0.1 s warm-up, 32 MiB bulk, 150 ms probes)
-  --rounds N         rounds (default 5; engine order rotates each round)
-  --secs S           seconds per time-bound workload (default 4)
+  --rounds N         rounds (default 7; engine order rotates each round)
+  --secs S           seconds per time-bound workload (default 3)
   --warmup S         untimed seconds before each time-bound workload (default 1)
   --bulk-mib M       bulk-1k volume in MiB (default 1024)
   --window N         in-flight entries of `pipelined` (default 64)
@@ -85,8 +85,8 @@ fn parse_args() -> Res<Cfg> {
     let quick = args.iter().any(|a| a == "--quick");
     let mut c = Cfg {
         quick,
-        rounds: if quick { 2 } else { 5 },
-        secs: if quick { 0.4 } else { 4.0 },
+        rounds: if quick { 2 } else { 7 },
+        secs: if quick { 0.4 } else { 3.0 },
         warmup: if quick { 0.1 } else { 1.0 },
         bulk_mib: if quick { 32 } else { 1024 },
         window: 64,
@@ -412,7 +412,7 @@ fn engine_block(cfg: &Cfg, base: &Path, engine: &str, round: usize, filler: &Fil
         };
         out.push(m.sample(engine, w));
         report::progress(out.last());
-        let _ = std::fs::remove_dir_all(&dir);
+        remove(&dir);
     }
     if !["bulk-1k", "replay-warm", "replay-cold"].iter().any(|w| want(w)) {
         return Ok(out);
@@ -449,8 +449,15 @@ fn engine_block(cfg: &Cfg, base: &Path, engine: &str, round: usize, filler: &Fil
         out.push(s);
         report::progress(out.last());
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    remove(&dir);
     Ok(out)
+}
+
+/// Removes a log and syncs, so that the file system's work for the deletion (the mount has
+/// `discard`) is done before the next measurement rather than in its first journal commit.
+fn remove(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    sync_all_fs();
 }
 
 fn load1() -> f64 {
