@@ -377,16 +377,16 @@ fn engine_block(cfg: &Cfg, base: &Path, engine: &str, round: usize, filler: &Fil
     let warm = Duration::from_secs_f64(cfg.warmup);
     let want = |w: &str| cfg.workloads.iter().any(|x| x == w) && applies(engine, w);
     let raw_bytes: u64 = if cfg.quick { 16 << 20 } else { 64 << 20 };
-    let fresh = |w: &str| -> Res<PathBuf> {
+    let fresh = |w: &str| -> PathBuf {
         let d = base.join(format!("{engine}-{w}-r{round}"));
         let _ = std::fs::remove_dir_all(&d);
-        Ok(d)
+        d
     };
     for w in ["durable-1", "durable-8", "durable-64", "batch4k-64", "pipelined", "pipelined-1m"] {
         if !want(w) {
             continue;
         }
-        let dir = fresh(w)?;
+        let dir = fresh(w);
         let m = if engine == "wal" && w.starts_with("pipelined") {
             let log = engines::WalEngine::open(&dir)?;
             sync_all_fs();
@@ -420,7 +420,7 @@ fn engine_block(cfg: &Cfg, base: &Path, engine: &str, round: usize, filler: &Fil
     // The bulk load, then the replays of what it wrote.
     const LEN: usize = 1024;
     let n = (cfg.bulk_mib << 20) / LEN as u64;
-    let dir = fresh("bulk-1k")?;
+    let dir = fresh("bulk-1k");
     let log = engines::open(engine, &dir, Mode::Bulk { bytes: n * (LEN as u64 + engines::RAW_HEADER) })?;
     sync_all_fs();
     let mut lat = Vec::with_capacity(n as usize);
