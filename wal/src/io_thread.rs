@@ -1,39 +1,55 @@
-//! The I/O thread (first step of issue 3): callers append without touching the disk; one thread
-//! turns whatever is queued into one batch, one write and one fdatasync, and resolves each
-//! caller's [`Ticket`].
+//! The I/O thread (issue 3): callers append without touching the disk; one thread turns whatever
+//! is queued into batches, writes them, keeps one fdatasync in flight while it writes the next
+//! ones, and resolves each caller's [`Ticket`].
 //!
 //! - `append` checks the writer epoch and the size, assigns the LSN and enqueues in one step
 //!   under one lock, so a Rejected append never consumes an LSN and the queue order is the LSN
 //!   order. The queue is bounded in entries and bytes; a full queue waits or answers
 //!   [`Error::Busy`] at once, as the caller chose.
-//! - The I/O thread drains the queue, stages every entry, writes the batch (tickets asking for
-//!   [`Durability::Written`] resolve here), runs fdatasync, and only then resolves the durable
-//!   tickets (DESIGN.md I3).
+//! - The thread drains the queue, stages every entry and writes the batch; tickets asking for
+//!   [`Durability::Written`] get their first resolution here. When no sync is in flight and one
+//!   is due, it submits an fdatasync covering every batch written so far and goes on: batches
+//!   formed meanwhile are written while the sync runs (on io_uring, or on the portable backend's
+//!   sync thread), and the next sync starts as soon as this one completes. A ticket resolves
+//!   durable only after a sync that was submitted after its batch's write had completed in full,
+//!   itself completed (DESIGN.md I3); every Written ticket later gets that second, final
+//!   resolution too.
+//! - A sync is due at once for a batch holding a [`Durability::Durable`] entry (or a checkpoint),
+//!   and for batches of Written entries only after [`AsyncOptions::written_sync_delay`], after
+//!   [`AsyncOptions::written_sync_bytes`], when the queue is half full, or at close: the thread
+//!   sleeps with that deadline as its timeout, so the sync comes without any further append.
+//! - The thread sleeps in [`Storage::wait`](crate::storage::Storage::wait): on io_uring in the
+//!   ring, for a completion or a byte on the bell's pipe; elsewhere on the bell, which appends and
+//!   completions ring. No spinning, no sleep-polling.
 //! - A failed write or sync fences the log (I6): every pending ticket resolves
-//!   [`Failure::Indeterminate`], every later append is refused, nothing is retried.
-//! - Disk full when a new segment is needed is not a fence: what was staged before it is
-//!   committed, the failing entry and everything queued after it (never written) resolve
-//!   [`Failure::Rejected`], the next LSN is the log's again, and the log stays usable.
-//!
-//! The thread drives the synchronous path ([`Wal::flush`], [`Wal::sync`]) over either backend;
-//! overlapping the next batch's writes with a sync and the written-then-durable second
-//! resolution are the rest of issue 3.
+//!   [`Failure::Indeterminate`] (also those written behind a sync in flight), every later append
+//!   is refused, nothing is retried. A panic on the thread does the same: a ticket dropped
+//!   unresolved resolves Indeterminate, so nothing waits forever.
+//! - Disk full when a new segment is needed, or when a batch write runs out of space (the log
+//!   withdraws it on disk), is not a fence: what was written before it stays, the entries never
+//!   written and everything queued after them resolve [`Failure::Rejected`], the next LSN is the
+//!   log's again, and the log stays usable.
 
 use crate::error::{Error, Result};
 use crate::log::Wal;
 use crate::log::{Checkpoint, PurgeReport};
+use crate::storage::Bell;
 use crate::ticket::{Failure, Inner, Notify, Ticket};
 use crate::{Epoch, Lsn};
 use crossbeam_channel::{Receiver, Sender};
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// When a ticket resolves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Durability {
     /// After the fdatasync that covers the entry completed.
     Durable,
-    /// When the entry's batch has been handed to the OS (it is still synced with its batch).
+    /// When the entry's batch has been handed to the OS; the ticket's final outcome
+    /// ([`Ticket::wait_durable`], or a second [`crate::Completion`]) follows when the sync
+    /// covering it completed or failed, at most about [`AsyncOptions::written_sync_delay`] later.
     Written,
 }
 
@@ -53,7 +69,11 @@ pub struct AsyncOptions {
     /// The most entries one batch takes from the queue.
     pub max_batch_entries: usize,
     /// An fdatasync at least this slow is counted and reported on stderr (etcd's "slow fdatasync").
-    pub slow_sync: std::time::Duration,
+    pub slow_sync: Duration,
+    /// How long batches holding only [`Durability::Written`] entries may wait for their sync.
+    pub written_sync_delay: Duration,
+    /// How many payload bytes of such batches may wait for their sync.
+    pub written_sync_bytes: usize,
 }
 
 impl Default for AsyncOptions {
@@ -63,7 +83,9 @@ impl Default for AsyncOptions {
             queue_bytes: 64 << 20,
             when_full: WhenFull::Wait,
             max_batch_entries: 1024,
-            slow_sync: std::time::Duration::from_secs(1),
+            slow_sync: Duration::from_secs(1),
+            written_sync_delay: Duration::from_millis(5),
+            written_sync_bytes: 1 << 20,
         }
     }
 }
@@ -81,6 +103,8 @@ struct Shared {
     submit: Mutex<Submit>,
     metrics: crate::metrics::Metrics,
     space: Condvar,
+    /// Rung after every request, so the I/O thread wakes for it.
+    bell: Arc<Bell>,
     max_payload: usize,
     opts: AsyncOptions,
 }
@@ -88,6 +112,24 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Submit> {
         self.submit.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives back queue space held by resolved entries.
+    fn release(&self, entries: usize, bytes: usize) {
+        if entries == 0 && bytes == 0 {
+            return;
+        }
+        let mut st = self.lock();
+        st.queued_entries = st.queued_entries.saturating_sub(entries);
+        st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
+        drop(st);
+        self.space.notify_all();
+    }
+
+    /// Fences the log (the first cause stays) and wakes every append waiting for space.
+    fn set_fenced(&self, why: &str) {
+        self.lock().fenced.get_or_insert_with(|| why.to_string());
+        self.space.notify_all();
     }
 }
 
@@ -115,13 +157,26 @@ impl Payload {
     }
 }
 
+/// The I/O thread's side of a ticket. Dropped without a final resolution (a panic on the
+/// thread, a request left in a channel nobody reads) it resolves the ticket Indeterminate, so
+/// no waiter waits forever; after a resolution that is ignored.
+struct Slot(Arc<Inner>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.resolve(Err(Failure::Indeterminate(
+            "the I/O thread stopped before resolving this entry".into(),
+        )));
+    }
+}
+
 enum Req {
     Append {
         lsn: u64,
         epoch: u64,
         payload: Payload,
         durability: Durability,
-        ticket: Arc<Inner>,
+        slot: Slot,
     },
     /// A checkpoint record, staged with the next batch (made durable by its sync).
     Checkpoint {
@@ -172,6 +227,7 @@ impl AsyncWal {
                 closing: false,
             }),
             space: Condvar::new(),
+            bell: Arc::new(Bell::new()),
             metrics: Default::default(),
             max_payload: wal.max_payload_bytes() as usize,
             opts,
@@ -180,9 +236,28 @@ impl AsyncWal {
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
             .name("wal-io".into())
-            .spawn(move || io_loop(wal, &sh, &rx))
+            .spawn(move || {
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| io_loop(wal, &sh, &rx)));
+                run.unwrap_or_else(|_| {
+                    // Every ticket the thread held was resolved as its slot dropped; those still
+                    // queued are resolved here, and later appends are refused.
+                    let why = "the I/O thread panicked";
+                    sh.set_fenced(why);
+                    while let Ok(r) = rx.try_recv() {
+                        drop(r);
+                    }
+                    Err(Error::Poisoned { cause: why.into() })
+                })
+            })
             .map_err(|e| Error::io("starting the I/O thread", e))?;
         Ok(AsyncWal { shared, tx, thread: Some(thread) })
+    }
+
+    /// Sends a request to the I/O thread and wakes it.
+    fn send(&self, req: Req) -> Result<()> {
+        self.tx.send(req).map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?;
+        self.shared.bell.ring();
+        Ok(())
     }
 
     /// Enqueues one entry and returns its ticket at once (or waits for queue space, if chosen).
@@ -192,8 +267,8 @@ impl AsyncWal {
     }
 
     /// [`AsyncWal::append`] for one entry or a user batch, optionally also delivering the
-    /// outcome to a completion channel. A group's ticket carries its first LSN and resolves when
-    /// the whole group does.
+    /// outcome to a completion channel (a `Written` entry delivers two: written, then final).
+    /// A group's ticket carries its first LSN and resolves when the whole group does.
     pub fn append_with(
         &self,
         epoch: Epoch,
@@ -240,14 +315,24 @@ impl AsyncWal {
         }
         let lsn = st.next_lsn;
         let ticket = Ticket::new(Lsn(lsn), notify);
-        let req = Req::Append { lsn, epoch: epoch.0, payload, durability, ticket: ticket.inner.clone() };
+        let slot = Slot(ticket.inner.clone());
+        let req = Req::Append { lsn, epoch: epoch.0, payload, durability, slot };
         // Sent under the lock: the queue order is the LSN order.
-        if self.tx.send(req).is_err() {
+        if let Err(e) = self.tx.send(req) {
+            // Never queued: the slot in the returned request must not resolve this ticket.
+            if let Req::Append { slot, .. } = e.0 {
+                std::mem::forget(slot);
+            }
             return Err(Error::Poisoned { cause: "the I/O thread has stopped".into() });
         }
         st.next_lsn += count as u64;
         st.queued_entries += count;
         st.queued_bytes += len;
+        // Rung under the lock, as the channel's own wake-up was before the bell: a woken I/O
+        // thread that preempts this one meets the lock (it checks the fence under it) and lets
+        // the submitter finish first, so back-to-back appends still share a batch.
+        self.shared.bell.ring();
+        drop(st);
         Ok(ticket)
     }
 
@@ -265,18 +350,19 @@ impl AsyncWal {
                 st.next_lsn
             )));
         }
-        self.tx
-            .send(Req::Checkpoint { lsn: lsn.0, cp })
-            .map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })
+        // Sent under the lock, like an append: it follows the entry it covers in the queue.
+        let sent = self.tx.send(Req::Checkpoint { lsn: lsn.0, cp });
+        drop(st);
+        sent.map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?;
+        self.shared.bell.ring();
+        Ok(())
     }
 
     /// Purges whole segments below `below` on the I/O thread (between batches) and waits for
     /// the result. See [`Wal::purge_before`].
     pub fn purge_before(&self, below: Lsn) -> Result<PurgeReport> {
         let (reply, rx) = crossbeam_channel::bounded(1);
-        self.tx
-            .send(Req::Purge { below, reply })
-            .map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?;
+        self.send(Req::Purge { below, reply })?;
         rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
     }
 
@@ -284,9 +370,7 @@ impl AsyncWal {
     /// is asked for again). Served by the I/O thread between batches.
     pub fn replay_from(&self, from: Lsn) -> Result<crate::replay::Replay> {
         let (reply, rx) = crossbeam_channel::bounded(1);
-        self.tx
-            .send(Req::Replay { from, reply })
-            .map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?;
+        self.send(Req::Replay { from, reply })?;
         rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
     }
 
@@ -306,7 +390,7 @@ impl AsyncWal {
     }
 
     /// Counters and histograms of the I/O thread (appends, bytes, batches, entries per batch,
-    /// sync latency, slow syncs, queue depth).
+    /// sync latency, slow syncs, batches written during a sync, queue depth).
     pub fn stats(&self) -> crate::metrics::Stats {
         let depth = self.shared.lock().queued_entries;
         self.shared.metrics.snapshot(depth)
@@ -320,7 +404,7 @@ impl AsyncWal {
     fn close_inner(&mut self) -> Result<()> {
         let Some(thread) = self.thread.take() else { return Ok(()) };
         self.shared.lock().closing = true;
-        let _ = self.tx.send(Req::Close);
+        let _ = self.send(Req::Close);
         match thread.join() {
             Ok(r) => r,
             Err(_) => Err(Error::Poisoned { cause: "the I/O thread panicked".into() }),
@@ -334,201 +418,408 @@ impl Drop for AsyncWal {
     }
 }
 
+/// One append taken from the queue.
 struct Pending {
     lsn: u64,
     entries: usize,
     bytes: usize,
     durability: Durability,
-    ticket: Arc<Inner>,
+    slot: Slot,
 }
 
-/// Fences the log: records why, fails every given and queued ticket as Indeterminate. Returns
-/// whether a close request was among the queued ones (it must not be lost: the caller waits).
-#[must_use]
-fn fence(shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>, why: String) -> bool {
-    shared.lock().fenced.get_or_insert_with(|| why.clone());
-    for p in batch.drain(..) {
-        p.ticket.resolve(Err(Failure::Indeterminate(why.clone())));
-    }
-    let mut close = false;
-    while let Ok(r) = rx.try_recv() {
-        match r {
-            Req::Append { ticket, .. } => ticket.resolve(Err(Failure::Indeterminate(why.clone()))),
-            Req::Checkpoint { .. } => {}
-            Req::Purge { reply, .. } => {
-                let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
-            }
-            Req::Replay { reply, .. } => {
-                let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
-            }
-            Req::Close => close = true,
+/// A written batch waiting for the sync that covers it.
+struct Flight {
+    /// The log's written record sequence after this batch: a completed sync that covered it
+    /// makes every entry here durable.
+    end_seq: u64,
+    pending: Vec<Pending>,
+    entries: usize,
+    bytes: usize,
+    /// Holds a Durable entry or a checkpoint: its sync is due at once.
+    urgent: bool,
+    written_at: Instant,
+}
+
+/// The I/O thread's state.
+struct Io<'a> {
+    wal: Wal,
+    shared: &'a Shared,
+    rx: &'a Receiver<Req>,
+    /// Appends staged in the log's batch buffer, not written yet.
+    staged: Vec<Pending>,
+    /// A checkpoint was staged: the batch is written and synced even without entries.
+    staged_checkpoint: bool,
+    /// Written batches waiting for their sync, oldest first.
+    flights: VecDeque<Flight>,
+    closing: bool,
+}
+
+fn io_loop(wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
+    let mut io = Io {
+        wal,
+        shared,
+        rx,
+        staged: Vec::with_capacity(shared.opts.max_batch_entries.min(4096)),
+        staged_checkpoint: false,
+        flights: VecDeque::new(),
+        closing: false,
+    };
+    while !io.closing {
+        let mut progress = io.take_requests();
+        progress |= io.write_staged();
+        progress |= io.collect();
+        if io.start_sync_if_due() {
+            // A backend that runs the sync at submission has its completion ready already.
+            io.collect();
+            progress = true;
+        }
+        if !progress && !io.closing {
+            io.sleep();
         }
     }
-    close
+    io.finish()
 }
 
-/// Disk full at a rotation: the failed entry (`failed_bytes`) and every queued one were never
-/// written. Under the submit lock (no new LSN can be handed out meanwhile), every queued ticket
-/// resolves Rejected, the queue counters drop them, and the next LSN becomes the log's again.
-/// The log stays usable. Returns whether a close request was queued.
-fn withdraw_queue(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, failed: &Payload, why: &str) -> bool {
-    let mut st = shared.lock();
-    let (mut entries, mut bytes, mut close) = (failed.entries(), failed.bytes(), false);
-    while let Ok(r) = rx.try_recv() {
-        match r {
-            Req::Append { payload, ticket, .. } => {
-                entries += payload.entries();
-                bytes += payload.bytes();
-                ticket.resolve(Err(Failure::Rejected(format!("withdrawn after: {why}"))));
-            }
-            // Its LSN was applied before; it still belongs with the next batch.
+impl Io<'_> {
+    fn fenced(&self) -> Option<String> {
+        self.shared.lock().fenced.clone()
+    }
+
+    /// Takes queued requests without blocking, up to a batch. Returns whether it took any.
+    fn take_requests(&mut self) -> bool {
+        let max = self.shared.opts.max_batch_entries;
+        let mut took = false;
+        while self.staged.len() < max && !self.closing {
+            let Ok(req) = self.rx.try_recv() else { break };
+            took = true;
+            self.handle(req);
+        }
+        took
+    }
+
+    fn handle(&mut self, req: Req) {
+        match req {
+            Req::Close => self.closing = true,
             Req::Checkpoint { lsn, cp } => {
-                let _ = wal.checkpoint(wal.epoch(), Lsn(lsn), &cp);
+                if self.fenced().is_none() {
+                    match self.wal.checkpoint(self.wal.epoch(), Lsn(lsn), &cp) {
+                        Ok(()) => self.staged_checkpoint = true,
+                        Err(e) => self.fence(e.to_string()),
+                    }
+                }
             }
             Req::Purge { below, reply } => {
-                let _ = reply.send(wal.purge_before(below));
+                // Between batches: what is staged goes out first. The purge waits for the sync
+                // in flight (it rewrites wal.meta and syncs the directory).
+                self.write_staged();
+                let r = self.wal.purge_before(below);
+                let _ = reply.send(r);
+                self.after_log_call();
             }
             Req::Replay { from, reply } => {
-                let _ = reply.send(wal.replay_from(Some(from), crate::replay::Bound::Durable));
+                let _ = reply.send(self.wal.replay_from(Some(from), crate::replay::Bound::Durable));
             }
-            Req::Close => close = true,
+            Req::Append { lsn, epoch, payload, durability, slot } => {
+                if let Some(why) = self.fenced() {
+                    let entries = payload.entries();
+                    self.shared.release(entries, payload.bytes());
+                    slot.0.resolve(Err(Failure::Indeterminate(why)));
+                    return;
+                }
+                let (entries, bytes) = (payload.entries(), payload.bytes());
+                let appended = match &payload {
+                    Payload::One(p) => self.wal.append(Epoch(epoch), p),
+                    Payload::Group(g) => {
+                        let refs: Vec<&[u8]> = g.iter().map(Vec::as_slice).collect();
+                        self.wal.append_batch(Epoch(epoch), &refs)
+                    }
+                };
+                let p = Pending { lsn, entries, bytes, durability, slot };
+                match appended {
+                    Ok(got) if got.0 == lsn => self.staged.push(p),
+                    Ok(got) => {
+                        self.staged.push(p);
+                        self.fence(format!("internal: the log gave LSN {} where {lsn} was promised", got.0));
+                    }
+                    Err(e @ Error::DiskFull { .. }) => {
+                        // Nothing of this entry was written (a rotation found no space). Staged
+                        // entries the log no longer holds (a seal whose batch write ran out of
+                        // space withdrew them) go with it; the rest is written, then this entry
+                        // and everything queued after it are withdrawn.
+                        let next = self.wal.next_lsn().0;
+                        let (kept, mut lost): (Vec<Pending>, Vec<Pending>) =
+                            std::mem::take(&mut self.staged).into_iter().partition(|q| q.lsn < next);
+                        self.staged = kept;
+                        self.write_staged();
+                        lost.push(p);
+                        self.withdraw(lost, &e.to_string());
+                    }
+                    Err(e) => {
+                        self.staged.push(p);
+                        self.fence(e.to_string());
+                    }
+                }
+                self.after_log_call();
+            }
         }
     }
-    st.queued_entries = st.queued_entries.saturating_sub(entries);
-    st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
-    st.next_lsn = wal.next_lsn().0;
-    drop(st);
-    shared.space.notify_all();
-    close
-}
 
-fn io_loop(mut wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
-    let max = shared.opts.max_batch_entries;
-    let mut batch: Vec<Pending> = Vec::with_capacity(max);
-    let mut closing = false;
-    // A checkpoint was staged without entries: it still gets its write and sync.
-    let mut staged_alone = false;
-    while !closing {
-        let Ok(first) = rx.recv() else { break };
-        let mut next = Some(first);
-        while let Some(req) = next.take() {
-            match req {
-                Req::Close => {
-                    closing = true;
-                    break;
+    /// Writes the staged batch (handed to the OS) and keeps it in flight for its sync; Written
+    /// tickets get their first resolution. Returns whether there was a batch.
+    fn write_staged(&mut self) -> bool {
+        if self.staged.is_empty() && !self.staged_checkpoint {
+            return false;
+        }
+        let during_sync = self.wal.syncing();
+        if let Err(e) = self.wal.flush() {
+            if matches!(e, Error::DiskFull { .. }) && !self.wal.is_poisoned() {
+                // The log withdrew the batch on disk (zeroed and synced): its entries are not
+                // in the log, and their LSNs are free again.
+                let staged = std::mem::take(&mut self.staged);
+                self.staged_checkpoint = false;
+                self.withdraw(staged, &e.to_string());
+            } else {
+                self.fence(e.to_string());
+            }
+            return true;
+        }
+        let pending = std::mem::take(&mut self.staged);
+        let checkpoint = std::mem::take(&mut self.staged_checkpoint);
+        let entries = pending.iter().map(|p| p.entries).sum::<usize>();
+        let bytes = pending.iter().map(|p| p.bytes).sum::<usize>();
+        let urgent = checkpoint || pending.iter().any(|p| p.durability == Durability::Durable);
+        // Counted first: a caller woken by its ticket finds the batch in the stats.
+        self.shared.metrics.batch(entries, bytes, during_sync);
+        for p in pending.iter().filter(|p| p.durability == Durability::Written) {
+            p.slot.0.resolve_written(Lsn(p.lsn));
+        }
+        let end_seq = self.wal.written_seq();
+        self.flights.push_back(Flight {
+            end_seq,
+            pending,
+            entries,
+            bytes,
+            urgent,
+            written_at: Instant::now(),
+        });
+        true
+    }
+
+    /// Takes the sync's completion if it came and resolves what is durable now. Returns whether
+    /// anything happened.
+    fn collect(&mut self) -> bool {
+        let mut progress = false;
+        if self.wal.syncing() {
+            match self.wal.poll_sync(false) {
+                Ok(Some(took)) => {
+                    self.record_sync(took);
+                    progress = true;
                 }
+                Ok(None) => {}
+                Err(e) => {
+                    self.fence(e.to_string());
+                    return true;
+                }
+            }
+        }
+        self.resolve_durable() || progress
+    }
+
+    fn record_sync(&self, took: Duration) {
+        if self.shared.metrics.sync(took, self.shared.opts.slow_sync) {
+            eprintln!("wal: slow fdatasync: {} ms", took.as_millis());
+        }
+    }
+
+    /// Resolves, oldest first, every written batch the durable watermark covers.
+    fn resolve_durable(&mut self) -> bool {
+        let durable = self.wal.durable_seq();
+        let mut done = Vec::new();
+        while self.flights.front().is_some_and(|f| f.end_seq <= durable) {
+            if let Some(f) = self.flights.pop_front() {
+                done.push(f);
+            }
+        }
+        if done.is_empty() {
+            return false;
+        }
+        // Space first: a caller woken by its ticket sees the queue as it now is.
+        let entries = done.iter().map(|f| f.entries).sum();
+        let bytes = done.iter().map(|f| f.bytes).sum();
+        self.shared.release(entries, bytes);
+        for p in done.into_iter().flat_map(|f| f.pending) {
+            p.slot.0.resolve(Ok(Lsn(p.lsn)));
+        }
+        true
+    }
+
+    /// After a call into the log that may have synced (a rotation, a purge) or failed.
+    fn after_log_call(&mut self) {
+        if let Some(why) = self.wal.poisoned.clone() {
+            if self.fenced().is_none() {
+                self.fence(why);
+            }
+        }
+        self.resolve_durable();
+    }
+
+    /// Whether the written batches need their sync now.
+    fn sync_due(&self, now: Instant) -> bool {
+        let Some(oldest) = self.flights.front() else {
+            // Unsynced bytes without a waiting ticket (a rotation's leftovers): sync them.
+            return true;
+        };
+        if self.closing || self.flights.iter().any(|f| f.urgent) {
+            return true;
+        }
+        let o = &self.shared.opts;
+        if self.flights.iter().map(|f| f.bytes).sum::<usize>() >= o.written_sync_bytes {
+            return true;
+        }
+        let st = self.shared.lock();
+        if st.queued_entries * 2 >= o.queue_entries || st.queued_bytes * 2 >= o.queue_bytes {
+            return true;
+        }
+        drop(st);
+        now >= oldest.written_at + o.written_sync_delay
+    }
+
+    /// Submits a sync over everything written when none is in flight and one is due.
+    fn start_sync_if_due(&mut self) -> bool {
+        if self.wal.syncing() || self.wal.written_seq() <= self.wal.durable_seq() || self.wal.is_poisoned() {
+            return false;
+        }
+        if !self.sync_due(Instant::now()) {
+            return false;
+        }
+        match self.wal.start_sync() {
+            Ok(started) => started,
+            Err(e) => {
+                self.fence(e.to_string());
+                true
+            }
+        }
+    }
+
+    /// Sleeps until a request, a completion, or the deadline of a deferred sync.
+    fn sleep(&mut self) {
+        let deadline = if self.wal.syncing() || self.wal.written_seq() <= self.wal.durable_seq() {
+            None
+        } else {
+            self.flights.front().map(|f| f.written_at + self.shared.opts.written_sync_delay)
+        };
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let storage = self.wal.storage().clone();
+        if let Err(e) = storage.wait(&self.shared.bell, timeout) {
+            self.fence(format!("waiting for completions: {e}"));
+        }
+    }
+
+    /// Fences the log: records why, fails every staged, written and queued ticket as
+    /// Indeterminate, answers queued requests. A queued close request is kept (its caller waits).
+    fn fence(&mut self, why: String) {
+        self.shared.set_fenced(&why);
+        let mut entries = 0;
+        let mut bytes = 0;
+        let flights: Vec<Pending> = self.flights.drain(..).flat_map(|f| f.pending).collect();
+        for p in self.staged.drain(..).chain(flights) {
+            entries += p.entries;
+            bytes += p.bytes;
+            p.slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
+        }
+        self.staged_checkpoint = false;
+        while let Ok(r) = self.rx.try_recv() {
+            match r {
+                Req::Append { payload, slot, .. } => {
+                    entries += payload.entries();
+                    bytes += payload.bytes();
+                    slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
+                }
+                Req::Checkpoint { .. } => {}
+                Req::Purge { reply, .. } => {
+                    let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
+                }
+                Req::Replay { reply, .. } => {
+                    let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
+                }
+                Req::Close => self.closing = true,
+            }
+        }
+        self.shared.release(entries, bytes);
+    }
+
+    /// Disk full: `failed` (entries that never reached the log) and every queued append were
+    /// never written. Under the submit lock (no new LSN can be handed out meanwhile) they
+    /// resolve Rejected, the queue counters drop them, and the next LSN becomes the log's
+    /// again. The log stays usable.
+    fn withdraw(&mut self, failed: Vec<Pending>, why: &str) {
+        let mut st = self.shared.lock();
+        let mut entries = 0;
+        let mut bytes = 0;
+        let mut rejected = Vec::new();
+        for p in failed {
+            entries += p.entries;
+            bytes += p.bytes;
+            rejected.push(p.slot);
+        }
+        while let Ok(r) = self.rx.try_recv() {
+            match r {
+                Req::Append { payload, slot, .. } => {
+                    entries += payload.entries();
+                    bytes += payload.bytes();
+                    rejected.push(slot);
+                }
+                // Its LSN was taken before; it still belongs with the next batch.
                 Req::Checkpoint { lsn, cp } => {
-                    if shared.lock().fenced.is_none() {
-                        match wal.checkpoint(wal.epoch(), Lsn(lsn), &cp) {
-                            Ok(()) => staged_alone = true,
-                            Err(e) => closing |= fence(shared, rx, &mut batch, e.to_string()),
-                        }
+                    if self.wal.checkpoint(self.wal.epoch(), Lsn(lsn), &cp).is_ok() {
+                        self.staged_checkpoint = true;
                     }
                 }
                 Req::Purge { below, reply } => {
-                    // Between batches: what is staged goes out first.
-                    if !batch.is_empty() {
-                        closing |= commit(&mut wal, shared, rx, &mut batch);
-                    }
-                    let _ = reply.send(wal.purge_before(below));
+                    let _ = reply.send(self.wal.purge_before(below));
                 }
                 Req::Replay { from, reply } => {
-                    let _ = reply.send(wal.replay_from(Some(from), crate::replay::Bound::Durable));
+                    let _ = reply.send(self.wal.replay_from(Some(from), crate::replay::Bound::Durable));
                 }
-                Req::Append { lsn, epoch, payload, durability, ticket } => {
-                    let fenced = shared.lock().fenced.clone();
-                    if let Some(why) = fenced {
-                        ticket.resolve(Err(Failure::Indeterminate(why)));
-                    } else {
-                        let (entries, bytes) = (payload.entries(), payload.bytes());
-                        let appended = match &payload {
-                            Payload::One(p) => wal.append(Epoch(epoch), p),
-                            Payload::Group(g) => {
-                                let refs: Vec<&[u8]> = g.iter().map(Vec::as_slice).collect();
-                                wal.append_batch(Epoch(epoch), &refs)
-                            }
-                        };
-                        match appended {
-                            Ok(got) if got.0 == lsn => {
-                                batch.push(Pending { lsn, entries, bytes, durability, ticket });
-                            }
-                            Ok(got) => {
-                                batch.push(Pending { lsn, entries, bytes, durability, ticket });
-                                let why =
-                                    format!("internal: the log gave LSN {} where {lsn} was promised", got.0);
-                                closing |= fence(shared, rx, &mut batch, why);
-                            }
-                            Err(e @ Error::DiskFull { .. }) => {
-                                // Nothing of this entry was written: commit what the batch
-                                // holds, then withdraw this entry and everything queued after it.
-                                if !batch.is_empty() {
-                                    closing |= commit(&mut wal, shared, rx, &mut batch);
-                                }
-                                // Withdraw first: a caller woken by this ticket must find the
-                                // queue and the next LSN already reset.
-                                closing |= withdraw_queue(&mut wal, shared, rx, &payload, &e.to_string());
-                                ticket.resolve(Err(Failure::Rejected(e.to_string())));
-                            }
-                            Err(e) => {
-                                batch.push(Pending { lsn, entries, bytes, durability, ticket });
-                                closing |= fence(shared, rx, &mut batch, e.to_string());
-                            }
-                        }
+                Req::Close => self.closing = true,
+            }
+        }
+        st.queued_entries = st.queued_entries.saturating_sub(entries);
+        st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
+        st.next_lsn = self.wal.next_lsn().0;
+        drop(st);
+        self.shared.space.notify_all();
+        // Resolved after the reset: a caller woken by its ticket finds the queue and the next
+        // LSN as they now are.
+        let why = format!("withdrawn after: {why}");
+        for s in rejected {
+            s.0.resolve(Err(Failure::Rejected(why.clone())));
+        }
+    }
+
+    /// At close: writes what is staged, syncs everything written, resolves, seals the log.
+    fn finish(mut self) -> Result<()> {
+        if self.fenced().is_none() {
+            self.write_staged();
+        }
+        if self.fenced().is_none() {
+            let started = Instant::now();
+            let had_unsynced = self.wal.written_seq() > self.wal.durable_seq() || self.wal.syncing();
+            match self.wal.sync() {
+                Ok(()) => {
+                    if had_unsynced {
+                        self.record_sync(started.elapsed());
                     }
                 }
+                Err(e) => self.fence(e.to_string()),
             }
-            if batch.len() < max {
-                next = rx.try_recv().ok();
-            }
+            self.resolve_durable();
         }
-        if !batch.is_empty() || std::mem::take(&mut staged_alone) {
-            closing |= commit(&mut wal, shared, rx, &mut batch);
+        let fenced = self.fenced();
+        self.fence("the log was closed".into());
+        match fenced {
+            Some(cause) => Err(Error::Poisoned { cause }),
+            None => self.wal.close(),
         }
     }
-    let fenced = shared.lock().fenced.clone();
-    let _ = fence(shared, rx, &mut batch, "the log was closed".into());
-    match fenced {
-        Some(cause) => Err(Error::Poisoned { cause }),
-        None => wal.close(),
-    }
-}
-
-/// One write and one fdatasync for the whole batch; tickets resolve in that order. Returns
-/// whether a fence met a close request.
-fn commit(wal: &mut Wal, shared: &Shared, rx: &Receiver<Req>, batch: &mut Vec<Pending>) -> bool {
-    let entries = batch.iter().map(|p| p.entries).sum::<usize>();
-    let bytes = batch.iter().map(|p| p.bytes).sum::<usize>();
-    let release = |shared: &Shared| {
-        let mut st = shared.lock();
-        st.queued_entries -= entries;
-        st.queued_bytes -= bytes;
-        drop(st);
-        shared.space.notify_all();
-    };
-    if let Err(e) = wal.flush() {
-        let close = fence(shared, rx, batch, e.to_string());
-        release(shared);
-        return close;
-    }
-    for p in batch.iter().filter(|p| p.durability == Durability::Written) {
-        p.ticket.resolve(Ok(Lsn(p.lsn)));
-    }
-    shared.metrics.batch(entries, bytes);
-    let started = std::time::Instant::now();
-    let synced = wal.sync();
-    let took = started.elapsed();
-    if shared.metrics.sync(took, shared.opts.slow_sync) {
-        eprintln!("wal: slow fdatasync: {} ms for {entries} entries", took.as_millis());
-    }
-    if let Err(e) = synced {
-        let close = fence(shared, rx, batch, e.to_string());
-        release(shared);
-        return close;
-    }
-    // Space first: a caller woken by its ticket sees the queue as it now is.
-    release(shared);
-    for p in batch.drain(..) {
-        p.ticket.resolve(Ok(Lsn(p.lsn)));
-    }
-    false
 }

@@ -44,7 +44,7 @@ pub use io_thread::{AsyncOptions, AsyncWal, Durability, Payload, WhenFull};
 pub use log::{Backend, Checkpoint, OpenReport, Options, PurgeReport, Wal};
 pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
 pub use replay::{Bound, Item, ItemKind, Replay};
-pub use ticket::{Completion, Failure, Notify, Ticket};
+pub use ticket::{Completion, DurableFuture, Failure, Notify, Stage, Ticket};
 
 /// A log sequence number: an entry's position as the log's users see it (the Raft index in
 /// replicated mode). Truncation can reuse an LSN; the record sequence behind it never repeats.

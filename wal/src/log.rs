@@ -5,6 +5,16 @@
 //! frame (handed to the OS, visible to in-process readers) and [`Wal::sync`] flushes and then
 //! runs a real fdatasync whenever unsynced bytes exist. A failed write or sync poisons the handle
 //! (DESIGN.md I6); disk full withdraws the unsynced batch and leaves the log usable.
+//!
+//! The I/O thread also *pipelines*: it submits an fdatasync over every batch written so far
+//! (`start_sync`) and writes the next batches while it is in flight; `poll_sync` takes its
+//! completion. At most one sync is in flight; it covers exactly the batches whose writes had
+//! completed in full when it was submitted, and only its successful completion moves the durable
+//! watermark (`durable_seq`, the durable LSN and replay end) to what it covered, so the
+//! watermark advances over contiguous successful syncs and only grows. A frame records the
+//! watermark as it is when the frame is written, so its `durable_seq` names only completed syncs.
+//! Anything else that syncs or writes outside the append path (rotation, close, purge, a
+//! withdrawal after disk full) first waits for the sync in flight.
 
 use crate::batch::{self, merge_counts, seal_batch, Frame, FRAME_LEN};
 use crate::error::{CrcVerdict, Damage, Error, Result};
@@ -13,8 +23,9 @@ use crate::format::*;
 use crate::recovery::{RecoveryMode, SegmentInfo};
 use crate::replay::{Bound, Replay};
 use crate::scan::{self, Counts, FooterInfo, Logical};
-use crate::storage::{self, FileId, LockGuard, Op, Storage};
+use crate::storage::{self, FileId, LockGuard, Op, Storage, Submission};
 use crate::{Epoch, Lsn};
+use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 use zerocopy::little_endian::{U32, U64};
@@ -23,6 +34,25 @@ use zerocopy::IntoBytes;
 /// The largest State record (all metadata keys at their largest values).
 pub(crate) const STATE_MAX_LEN: usize =
     RECORD_HEADER_LEN + STATE_FIXED_LEN + MAX_META_KEYS * (8 + MAX_META_VALUE_LEN);
+
+/// An fdatasync submitted by `start_sync` and not yet taken, with what it covers.
+#[derive(Debug)]
+pub(crate) struct SyncInFlight {
+    token: u64,
+    /// The written sequence, logical state and end when it was submitted.
+    seq: u64,
+    logical: Logical,
+    end: Option<(u64, u64)>,
+    started: Instant,
+}
+
+/// The pipelined-sync state of a handle.
+#[derive(Debug, Default)]
+pub(crate) struct Pipelined {
+    pub(crate) sync: Option<SyncInFlight>,
+    /// Completions reaped while waiting for another operation's.
+    pub(crate) stash: Vec<storage::Completion>,
+}
 
 /// Which storage backend a log on real files uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -174,6 +204,7 @@ pub struct Wal {
     pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<()>>)>,
     pub(crate) token: u64,
     pub(crate) closed: bool,
+    pub(crate) pipe: Pipelined,
 }
 
 impl std::fmt::Debug for Wal {
@@ -584,7 +615,110 @@ impl Wal {
 
     fn run(&mut self, op: Op) -> std::io::Result<u64> {
         self.token += 1;
-        storage::complete(&*self.storage, self.token, op).map(|(n, _)| n)
+        storage::complete_keeping(&*self.storage, self.token, op, &mut self.pipe.stash).map(|(n, _)| n)
+    }
+
+    // ----- pipelined syncs (the I/O thread) -----
+
+    /// The record sequence made durable by the last completed sync.
+    pub(crate) fn durable_seq(&self) -> u64 {
+        self.durable_seq
+    }
+
+    /// The record sequence written to the OS so far.
+    pub(crate) fn written_seq(&self) -> u64 {
+        self.written_seq
+    }
+
+    /// Whether a sync submitted by [`Wal::start_sync`] is still in flight.
+    pub(crate) fn syncing(&self) -> bool {
+        self.pipe.sync.is_some()
+    }
+
+    /// Submits an fdatasync over every batch written so far and returns at once; false when
+    /// nothing is unsynced or a sync is in flight already (one per file at most). Only its
+    /// completion, taken by [`Wal::poll_sync`], moves the durable watermark.
+    pub(crate) fn start_sync(&mut self) -> Result<bool> {
+        self.check_writable(None)?;
+        if self.pipe.sync.is_some() || self.written_seq <= self.durable_seq {
+            return Ok(false);
+        }
+        let Some(file) = self.active.as_ref().map(|a| a.file) else {
+            return Err(Error::InvalidArgument("unsynced records without an active segment".into()));
+        };
+        self.token += 1;
+        let token = self.token;
+        if let Err(e) = self.storage.submit(Submission { token, op: Op::SyncData { file } }) {
+            return Err(self.fail_sync(e));
+        }
+        self.pipe.sync = Some(SyncInFlight {
+            token,
+            seq: self.written_seq,
+            logical: self.written_logical.clone(),
+            end: self.written_end(),
+            started: Instant::now(),
+        });
+        Ok(true)
+    }
+
+    /// Takes the completion of the sync in flight if it has come (with `wait`, waits for it).
+    /// Returns how long the sync took when it completed now; a failed sync poisons the log.
+    pub(crate) fn poll_sync(&mut self, wait: bool) -> Result<Option<Duration>> {
+        let Some(token) = self.pipe.sync.as_ref().map(|s| s.token) else { return Ok(None) };
+        loop {
+            if let Some(i) = self.pipe.stash.iter().position(|c| c.token == token) {
+                let c = self.pipe.stash.swap_remove(i);
+                let Some(s) = self.pipe.sync.take() else { return Ok(None) };
+                let took = s.started.elapsed();
+                if let Err(e) = c.result {
+                    return Err(self.fail_sync(e));
+                }
+                self.advance_durable(s.seq, s.logical, s.end)?;
+                return Ok(Some(took));
+            }
+            let before = self.pipe.stash.len();
+            if let Err(e) = self.storage.reap(&mut self.pipe.stash, wait) {
+                return Err(self.fail_sync(e));
+            }
+            if !wait && self.pipe.stash.len() == before {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Waits for the sync in flight, if any (before anything else syncs or writes out of band).
+    fn settle(&mut self) -> Result<()> {
+        if self.pipe.sync.is_some() {
+            self.poll_sync(true)?;
+        }
+        Ok(())
+    }
+
+    /// A sync failed (or could not be submitted or reaped): the log is poisoned, whatever the
+    /// error, and no sync is ever retried (after a failed fdatasync the kernel may have dropped
+    /// the pages).
+    fn fail_sync(&mut self, e: std::io::Error) -> Error {
+        self.pipe.sync = None;
+        let err = self.fail_io("syncing", e);
+        if self.poisoned.is_none() {
+            self.poisoned = Some(err.to_string());
+        }
+        err
+    }
+
+    /// Moves the durable watermark to what a completed sync covered. It only grows; anything
+    /// else is a bug, and the log stops rather than acknowledge on a watermark it cannot trust.
+    fn advance_durable(&mut self, seq: u64, logical: Logical, end: Option<(u64, u64)>) -> Result<()> {
+        if seq < self.durable_seq {
+            let why =
+                format!("internal: the durable watermark would move back from {} to {seq}", self.durable_seq);
+            self.poisoned.get_or_insert_with(|| why.clone());
+            return Err(Error::Poisoned { cause: why });
+        }
+        self.durable_seq = seq;
+        self.durable_logical = logical;
+        self.durable_end = end;
+        Ok(())
     }
 
     /// Turns an I/O error into the log's error; anything but disk full poisons the handle.
@@ -627,10 +761,11 @@ impl Wal {
         let (seq_after, crc_after) = seal_batch(&mut buf, &frame, self.next_seq, prev, self.durable_seq);
         let len = buf.len() as u64;
         self.token += 1;
-        let returned = match storage::complete(
+        let returned = match storage::complete_keeping(
             &*self.storage,
             self.token,
             Op::Write { file, offset: write_off, data: buf },
+            &mut self.pipe.stash,
         ) {
             Ok((_, b)) => b,
             Err(e) => return Err(self.withdraw(e, file, write_off, len)),
@@ -686,6 +821,10 @@ impl Wal {
         if !matches!(err, Error::DiskFull { .. }) {
             return err;
         }
+        // The zeroing below syncs: the sync in flight completes first (one at a time).
+        if let Err(e) = self.settle() {
+            return e;
+        }
         let zeroed = self
             .run(Op::Write { file, offset: off, data: vec![0; len as usize] })
             .and_then(|_| self.run(Op::SyncData { file }));
@@ -712,6 +851,7 @@ impl Wal {
     }
 
     fn sync_written(&mut self) -> Result<()> {
+        self.settle()?;
         if self.written_seq <= self.durable_seq {
             return Ok(());
         }
@@ -720,16 +860,10 @@ impl Wal {
         };
         if let Err(e) = self.run(Op::SyncData { file }) {
             // Never retried: after a failed fdatasync the kernel may have dropped the pages.
-            let err = self.fail_io("syncing", e);
-            if self.poisoned.is_none() {
-                self.poisoned = Some(err.to_string());
-            }
-            return Err(err);
+            return Err(self.fail_sync(e));
         }
-        self.durable_seq = self.written_seq;
-        self.durable_logical = self.written_logical.clone();
-        self.durable_end = self.written_end();
-        Ok(())
+        let (seq, logical, end) = (self.written_seq, self.written_logical.clone(), self.written_end());
+        self.advance_durable(seq, logical, end)
     }
 
     /// Seals the active segment: its data durable, then its footer written and synced. A later
@@ -831,6 +965,7 @@ impl Wal {
     /// are removed at the next open.
     pub fn purge_before(&mut self, below: Lsn) -> Result<PurgeReport> {
         self.check_writable(None)?;
+        self.settle()?;
         let n = self.segments.len().saturating_sub(1);
         let k = self
             .segments

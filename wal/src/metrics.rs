@@ -64,6 +64,8 @@ pub struct Stats {
     pub appends: u64,
     pub payload_bytes: u64,
     pub batches: u64,
+    /// Batches written while an fdatasync was in flight (pipelined).
+    pub batches_during_sync: u64,
     pub syncs: u64,
     /// fdatasyncs slower than `AsyncOptions::slow_sync`.
     pub slow_syncs: u64,
@@ -83,11 +85,12 @@ impl Metrics {
         self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn batch(&self, entries: usize, bytes: usize) {
+    pub(crate) fn batch(&self, entries: usize, bytes: usize, during_sync: bool) {
         let mut s = self.lock();
         s.appends += entries as u64;
         s.payload_bytes += bytes as u64;
         s.batches += 1;
+        s.batches_during_sync += u64::from(during_sync);
         s.entries_per_batch.record(entries as u64);
     }
 

@@ -168,6 +168,7 @@ impl Wal {
             preparing: None,
             token: 0,
             closed: false,
+            pipe: Default::default(),
             opts,
         };
         wal.durable_end = wal.written_end();

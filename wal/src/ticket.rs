@@ -1,9 +1,13 @@
 //! Tickets: the asynchronous acknowledgement of one append.
 //!
-//! A ticket resolves exactly once, on the I/O thread, to the entry's LSN (written or durable, as
-//! asked) or to a failure. It can be waited on, polled, or awaited as a `std::future::Future`
-//! without any runtime. The I/O thread only stores the outcome, notifies a condition variable
-//! and wakes a waker: it never runs user code.
+//! A ticket's *outcome* resolves once, on the I/O thread, to the entry's LSN (written or
+//! durable, as asked) or to a failure. Its *final* outcome says durable or failed: for a
+//! [`crate::Durability::Durable`] entry it is the outcome itself; a
+//! [`crate::Durability::Written`] entry's outcome comes when its batch is handed to the OS and
+//! its final outcome later, when the sync covering it completed (or failed). Each can be waited
+//! on, polled, or awaited as a `std::future::Future` without any runtime, and a completion channel
+//! ([`Notify`]) receives one [`Completion`] per resolution. The I/O thread only stores outcomes,
+//! notifies a condition variable and wakes wakers: it never runs user code.
 
 use crate::Lsn;
 use std::future::Future;
@@ -43,11 +47,25 @@ impl std::error::Error for Failure {}
 
 #[derive(Debug, Default)]
 struct State {
+    /// The first word: written (a `Written` entry) or final.
     outcome: Option<Result<Lsn, Failure>>,
+    /// The last word: durable, or failed.
+    last: Option<Result<Lsn, Failure>>,
     waker: Option<Waker>,
+    last_waker: Option<Waker>,
 }
 
-/// One resolved ticket, as a completion channel delivers it (see [`Notify`]).
+/// Which resolution a [`Completion`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// A [`crate::Durability::Written`] entry was handed to the OS (the outcome is its LSN); a
+    /// `Final` completion for the same ticket follows.
+    Written,
+    /// The ticket's last word: durable (`Ok`) or failed. Exactly one per ticket.
+    Final,
+}
+
+/// One resolution of a ticket, as a completion channel delivers it (see [`Notify`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Completion {
     /// The caller's tag given with the append.
@@ -55,6 +73,8 @@ pub struct Completion {
     /// The LSN the entry was given at submission (the first one of a group).
     pub lsn: Lsn,
     pub outcome: Result<Lsn, Failure>,
+    /// `Written` for the first of a written entry's two completions, `Final` otherwise.
+    pub stage: Stage,
 }
 
 /// Where to deliver a ticket's outcome besides the ticket itself: an event loop collects many
@@ -79,23 +99,49 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Resolves the ticket; a second resolution is ignored (the first one is the truth).
-    pub(crate) fn resolve(&self, outcome: Result<Lsn, Failure>) {
+    /// The entry was handed to the OS (a `Written` entry's first word). Ignored once the
+    /// ticket has an outcome.
+    pub(crate) fn resolve_written(&self, lsn: Lsn) {
         let waker = {
             let mut st = self.lock();
             if st.outcome.is_some() {
                 return;
             }
-            st.outcome = Some(outcome.clone());
+            st.outcome = Some(Ok(lsn));
             st.waker.take()
         };
         self.done.notify_all();
         if let Some(w) = waker {
             w.wake();
         }
+        self.send(Ok(lsn), Stage::Written);
+    }
+
+    /// The ticket's last word (durable or failed), which is also its outcome if it had none; a
+    /// second last word is ignored (the first one is the truth).
+    pub(crate) fn resolve(&self, outcome: Result<Lsn, Failure>) {
+        let wakers = {
+            let mut st = self.lock();
+            if st.last.is_some() {
+                return;
+            }
+            st.last = Some(outcome.clone());
+            if st.outcome.is_none() {
+                st.outcome = Some(outcome.clone());
+            }
+            [st.waker.take(), st.last_waker.take()]
+        };
+        self.done.notify_all();
+        for w in wakers.into_iter().flatten() {
+            w.wake();
+        }
+        self.send(outcome, Stage::Final);
+    }
+
+    fn send(&self, outcome: Result<Lsn, Failure>, stage: Stage) {
         if let Some(n) = &self.notify {
             // A receiver that went away no longer wants completions; the ticket still holds it.
-            let _ = n.tx.send(Completion { tag: n.tag, lsn: self.lsn, outcome });
+            let _ = n.tx.send(Completion { tag: n.tag, lsn: self.lsn, outcome, stage });
         }
     }
 }
@@ -139,6 +185,61 @@ impl Ticket {
             .wait_timeout_while(st, timeout, |s| s.outcome.is_none())
             .unwrap_or_else(|e| e.into_inner());
         st.outcome.clone()
+    }
+
+    /// The final outcome (durable, or failed) if it is known, without blocking. For a
+    /// `Durable` entry it is the outcome; a `Written` one gets it after its covering sync.
+    pub fn poll_durable(&self) -> Option<Result<Lsn, Failure>> {
+        self.inner.lock().last.clone()
+    }
+
+    /// Blocks until the final outcome (durable, or failed) is known.
+    pub fn wait_durable(&self) -> Result<Lsn, Failure> {
+        let mut st = self.inner.lock();
+        loop {
+            if let Some(o) = &st.last {
+                return o.clone();
+            }
+            st = self.inner.done.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Blocks at most `timeout` for the final outcome; `None` if it is still unknown.
+    #[cfg(not(loom))]
+    pub fn wait_durable_timeout(&self, timeout: Duration) -> Option<Result<Lsn, Failure>> {
+        let st = self.inner.lock();
+        let (st, _) = self
+            .inner
+            .done
+            .wait_timeout_while(st, timeout, |s| s.last.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        st.last.clone()
+    }
+
+    /// The final outcome as a future (the ticket itself awaits the first outcome).
+    pub fn durable(&self) -> DurableFuture {
+        DurableFuture { inner: self.inner.clone() }
+    }
+}
+
+/// Awaits a ticket's final outcome: durable, or failed (see [`Ticket::durable`]).
+#[derive(Debug)]
+pub struct DurableFuture {
+    inner: Arc<Inner>,
+}
+
+impl Future for DurableFuture {
+    type Output = Result<Lsn, Failure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut st = self.inner.lock();
+        match &st.last {
+            Some(o) => Poll::Ready(o.clone()),
+            None => {
+                st.last_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
     }
 }
 
@@ -186,6 +287,42 @@ mod loom_tests {
             h2.join().unwrap();
             assert_eq!(t.poll_outcome(), Some(first.clone()));
             assert_eq!(t.wait(), first);
+        });
+    }
+
+    /// A written entry: the written word, then the last word from another thread. A waiter for
+    /// the last word never takes the written one for it, and never misses the last one.
+    #[test]
+    fn written_then_durable_is_seen_in_order() {
+        loom::model(|| {
+            let t = Ticket::new(Lsn(5), None);
+            let inner = t.inner.clone();
+            let h = loom::thread::spawn(move || {
+                inner.resolve_written(Lsn(5));
+                inner.resolve(Err(Failure::Indeterminate("sync failed".into())));
+            });
+            let last = t.wait_durable();
+            assert_eq!(last, Err(Failure::Indeterminate("sync failed".into())));
+            // The first word stays the written one.
+            assert_eq!(t.wait(), Ok(Lsn(5)));
+            h.join().unwrap();
+        });
+    }
+
+    /// The last word as a future: woken whether it lands before or after the first poll, and a
+    /// written word in between does not complete it.
+    #[test]
+    fn the_durable_future_is_woken() {
+        loom::model(|| {
+            let t = Ticket::new(Lsn(9), None);
+            let inner = t.inner.clone();
+            let h = loom::thread::spawn(move || {
+                inner.resolve_written(Lsn(9));
+                inner.resolve(Ok(Lsn(9)));
+            });
+            assert_eq!(loom::future::block_on(t.durable()), Ok(Lsn(9)));
+            assert_eq!(t.poll_outcome(), Some(Ok(Lsn(9))));
+            h.join().unwrap();
         });
     }
 

@@ -1,9 +1,11 @@
 //! Real files: `pwrite`, `fdatasync`, directory fsync, `flock`. Operations run at submission
 //! (this is the portable backend; the io_uring backend queues them to the kernel instead) and
-//! their completions wait in a queue until reaped.
+//! their completions wait in a queue until reaped. With a sync thread
+//! ([`FileStorage::with_sync_thread`]) an fdatasync runs there instead, so the submitter can
+//! write the next batch while it is in flight, as it can with io_uring.
 
-use super::{Completion, FileId, LockGuard, Mapping, Op, Storage, Submission};
-use std::collections::{HashMap, VecDeque};
+use super::{Bell, Completion, FileId, LockGuard, Mapping, Op, Ready, Storage, Submission, SyncThread};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -34,7 +36,8 @@ pub struct FileStorage {
     dir: PathBuf,
     files: Mutex<HashMap<FileId, Arc<File>>>,
     next_id: Mutex<FileId>,
-    done: Mutex<VecDeque<Completion>>,
+    ready: Arc<Ready>,
+    syncer: Option<SyncThread>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -60,8 +63,22 @@ impl FileStorage {
             dir,
             files: Mutex::new(HashMap::new()),
             next_id: Mutex::new(1),
-            done: Mutex::new(VecDeque::new()),
+            ready: Arc::default(),
+            syncer: None,
         })
+    }
+
+    /// [`FileStorage::new`] with a sync thread: each `SyncData` runs there, and its completion
+    /// is reaped (or waited for with [`Storage::wait`]) like an io_uring one.
+    pub fn with_sync_thread(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
+        let mut s = Self::new(dir, create)?;
+        s.syncer = Some(SyncThread::start("wal-fdatasync")?);
+        Ok(s)
+    }
+
+    /// Whether fdatasyncs run on a sync thread.
+    pub fn has_sync_thread(&self) -> bool {
+        self.syncer.is_some()
     }
 
     pub fn dir(&self) -> &Path {
@@ -162,17 +179,36 @@ impl Storage for FileStorage {
     }
 
     fn submit(&self, sub: Submission) -> io::Result<()> {
+        if let (Some(syncer), Op::SyncData { file }) = (&self.syncer, &sub.op) {
+            let token = sub.token;
+            match self.file(*file) {
+                Ok(f) => {
+                    let ready = self.ready.clone();
+                    ready.start();
+                    let job = Box::new(move || {
+                        let result = f.sync_data().map(|()| 0);
+                        ready.finish(Completion { token, result, buf: None });
+                    });
+                    if syncer.run(job).is_err() {
+                        let gone = io::Error::other("the sync thread has stopped");
+                        self.ready.finish(Completion { token, result: Err(gone), buf: None });
+                    }
+                }
+                Err(e) => self.ready.push(Completion { token, result: Err(e), buf: None }),
+            }
+            return Ok(());
+        }
         let (result, buf) = self.run(sub.op);
-        lock(&self.done).push_back(Completion { token: sub.token, result, buf });
+        self.ready.push(Completion { token: sub.token, result, buf });
         Ok(())
     }
 
     fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
-        let mut q = lock(&self.done);
-        if wait && q.is_empty() {
-            return Err(io::Error::other("reap would wait forever: nothing is in flight"));
-        }
-        out.extend(q.drain(..));
+        self.ready.reap(out, wait)
+    }
+
+    fn wait(&self, bell: &Arc<Bell>, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        self.ready.wait(bell, timeout);
         Ok(())
     }
 

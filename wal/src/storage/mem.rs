@@ -8,9 +8,16 @@
 //! - names (create, rename, remove) become durable only with `SyncDir`;
 //! - a crash image keeps the durable names and, per dirty sector, the new bytes, the old bytes
 //!   or garbage ([`SectorFate`]). Nothing is ever synced by close.
+//!
+//! Operations run when submitted, unless [`Faults::defer`] holds writes and syncs back until a
+//! reap that waits, or a [`Storage::wait`] (then, with [`Faults::reorder`], they run and complete
+//! in the reverse order: a write submitted after a sync lands before it), or a sync thread
+//! ([`MemStorage::set_sync_thread`]) runs the syncs. It also checks the discipline the log must
+//! keep with syncs in flight: it counts syncs submitted while a write to the same file was
+//! still unreaped, and a second sync submitted while one was in flight on the same file.
 
-use super::{Completion, FileId, LockGuard, Mapping, Op, Storage, Submission};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use super::{Bell, Completion, FileId, LockGuard, Mapping, Op, Ready, Storage, Submission, SyncThread};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -170,14 +177,60 @@ pub struct Faults {
     pub short_write_max: Option<u64>,
     /// Total bytes the device holds; a write or zero-fill past it fails with ENOSPC.
     pub capacity_bytes: Option<u64>,
-    /// Deliver each reap's completions in reverse order.
+    /// Deliver each reap's completions in reverse order (with `defer`: run them so).
     pub reorder: bool,
+    /// Hold writes and syncs back until a reap that waits (or a `wait`), then run them all (in
+    /// reverse order with `reorder`): completions arrive late, in bursts, out of submission
+    /// order.
+    pub defer: bool,
     pub syncs_seen: u64,
     pub short_writes_done: u64,
+    /// Reaps that delivered (or, with `defer`, bursts that ran) more than one operation out of
+    /// submission order.
     pub reordered: u64,
+    /// Writes submitted while a sync on the same file was in flight (pipelining seen).
+    pub writes_during_sync: u64,
+    /// Syncs submitted while a write to the same file was still unreaped: the log must never
+    /// do this (such a sync need not cover that write).
+    pub syncs_over_unreaped_writes: u64,
+    /// Syncs submitted while another sync on the same file was in flight: the log must never
+    /// do this (an error reported to one of them can be lost to the other).
+    pub overlapping_syncs: u64,
 }
 
 type SyncObserver = Box<dyn FnMut(CrashPoint) + Send>;
+
+/// Holds one sync on the sync thread before it takes effect, with nothing locked, so the
+/// submitter can go on writing meanwhile (see [`MemStorage::hold_next_sync`]).
+#[derive(Debug, Default)]
+struct Gate {
+    st: Mutex<GateState>,
+    cv: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    armed: bool,
+    holding: bool,
+    released: bool,
+}
+
+impl Gate {
+    fn pass(&self) {
+        let mut g = lock(&self.st);
+        if !g.armed {
+            return;
+        }
+        g.armed = false;
+        g.holding = true;
+        self.cv.notify_all();
+        while !g.released {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        g.holding = false;
+        g.released = false;
+    }
+}
 
 /// In-memory storage with crash images and fault injection. Cloning shares the same files.
 #[derive(Clone)]
@@ -189,7 +242,13 @@ struct Inner {
     state: Mutex<MemState>,
     handles: Mutex<HashMap<FileId, u64>>,
     next_handle: Mutex<FileId>,
-    done: Mutex<VecDeque<Completion>>,
+    ready: Arc<Ready>,
+    /// Held back by `Faults::defer`.
+    deferred: Mutex<Vec<Submission>>,
+    /// Writes and syncs submitted and not reaped yet: (token, is a sync, node).
+    unreaped: Mutex<Vec<(u64, bool, u64)>>,
+    syncer: Mutex<Option<SyncThread>>,
+    gate: Arc<Gate>,
     faults: Mutex<Faults>,
     observer: Mutex<Option<SyncObserver>>,
     sync_ops: Mutex<u64>,
@@ -252,7 +311,11 @@ impl MemStorage {
                 state: Mutex::new(state),
                 handles: Mutex::new(HashMap::new()),
                 next_handle: Mutex::new(1),
-                done: Mutex::new(VecDeque::new()),
+                ready: Arc::default(),
+                deferred: Mutex::new(Vec::new()),
+                unreaped: Mutex::new(Vec::new()),
+                syncer: Mutex::new(None),
+                gate: Arc::default(),
                 faults: Mutex::new(Faults::default()),
                 observer: Mutex::new(None),
                 sync_ops: Mutex::new(0),
@@ -273,6 +336,112 @@ impl MemStorage {
 
     pub fn faults(&self) -> MutexGuard<'_, Faults> {
         lock(&self.inner.faults)
+    }
+
+    /// Runs every `SyncData` on a sync thread from now on (or again on the submitter), so a
+    /// sync stays in flight while the submitter goes on, as with io_uring. The sync observer
+    /// then runs on that thread.
+    pub fn set_sync_thread(&self, on: bool) -> io::Result<()> {
+        let t = if on { Some(SyncThread::start("mem-sync")?) } else { None };
+        *lock(&self.inner.syncer) = t;
+        Ok(())
+    }
+
+    /// Holds the next sync the sync thread runs (see [`MemStorage::set_sync_thread`]) before it
+    /// takes effect, until [`MemStorage::release_held_sync`]. Nothing is locked meanwhile.
+    pub fn hold_next_sync(&self) {
+        let mut g = lock(&self.inner.gate.st);
+        g.armed = true;
+        g.released = false;
+    }
+
+    /// Waits until a sync is being held; false after `timeout`.
+    pub fn wait_sync_held(&self, timeout: std::time::Duration) -> bool {
+        let g = lock(&self.inner.gate.st);
+        let (g, _) = self
+            .inner
+            .gate
+            .cv
+            .wait_timeout_while(g, timeout, |g| !g.holding)
+            .unwrap_or_else(|e| e.into_inner());
+        g.holding
+    }
+
+    /// Lets the held sync go on.
+    pub fn release_held_sync(&self) {
+        lock(&self.inner.gate.st).released = true;
+        self.inner.gate.cv.notify_all();
+    }
+
+    /// Records a submitted write or sync, checking the discipline of syncs in flight.
+    fn track(&self, token: u64, op: &Op) {
+        let (file, sync) = match op {
+            Op::Write { file, .. } => (*file, false),
+            Op::SyncData { file } => (*file, true),
+            _ => return,
+        };
+        let Ok(node) = self.node(file) else { return };
+        let mut u = lock(&self.inner.unreaped);
+        let (writes, syncs) =
+            u.iter().filter(|e| e.2 == node).fold(
+                (0, 0),
+                |(w, s), e| {
+                    if e.1 {
+                        (w, s + 1)
+                    } else {
+                        (w + 1, s)
+                    }
+                },
+            );
+        {
+            let mut f = self.faults();
+            if sync && writes > 0 {
+                f.syncs_over_unreaped_writes += 1;
+            }
+            if sync && syncs > 0 {
+                f.overlapping_syncs += 1;
+            }
+            if !sync && syncs > 0 {
+                f.writes_during_sync += 1;
+            }
+        }
+        u.push((token, sync, node));
+    }
+
+    fn untrack(&self, done: &[Completion]) {
+        let mut u = lock(&self.inner.unreaped);
+        for c in done {
+            if let Some(i) = u.iter().position(|e| e.0 == c.token) {
+                u.remove(i);
+            }
+        }
+    }
+
+    /// Runs one operation now.
+    fn execute(&self, op: Op) -> (io::Result<u64>, Option<Vec<u8>>) {
+        match op {
+            Op::Write { file, offset, data } => (self.write(file, offset, &data), Some(data)),
+            Op::SyncData { file } => (self.sync_data(file), None),
+            Op::SyncDir => {
+                self.observe_sync();
+                self.sync_names();
+                (Ok(0), None)
+            }
+            Op::ZeroFill { file, len } => (self.zero_fill(file, len), None),
+        }
+    }
+
+    /// Runs what `Faults::defer` held back: all of it, in reverse with `Faults::reorder`.
+    fn run_deferred(&self) {
+        let mut subs = std::mem::take(&mut *lock(&self.inner.deferred));
+        if subs.len() > 1 && self.faults().reorder {
+            subs.reverse();
+            self.faults().reordered += 1;
+        }
+        for sub in subs {
+            let (result, buf) = self.execute(sub.op);
+            self.inner.ready.push(Completion { token: sub.token, result, buf });
+        }
     }
 
     /// Calls `f` with the state just before every sync (data or directory) takes effect. `f` runs
@@ -468,32 +637,59 @@ impl Storage for MemStorage {
     }
 
     fn submit(&self, sub: Submission) -> io::Result<()> {
-        let (result, buf) = match sub.op {
-            Op::Write { file, offset, data } => (self.write(file, offset, &data), Some(data)),
-            Op::SyncData { file } => (self.sync_data(file), None),
-            Op::SyncDir => {
-                self.observe_sync();
-                self.sync_names();
-                (Ok(0), None)
+        self.track(sub.token, &sub.op);
+        let defer = self.faults().defer;
+        if defer && matches!(sub.op, Op::Write { .. } | Op::SyncData { .. }) {
+            lock(&self.inner.deferred).push(sub);
+            return Ok(());
+        }
+        if let Op::SyncData { file } = sub.op {
+            let syncer = lock(&self.inner.syncer);
+            if let Some(t) = syncer.as_ref() {
+                let (me, ready, token) = (self.clone(), self.inner.ready.clone(), sub.token);
+                ready.start();
+                let job = Box::new(move || {
+                    me.inner.gate.pass();
+                    let result = me.sync_data(file);
+                    ready.finish(Completion { token, result, buf: None });
+                });
+                if t.run(job).is_err() {
+                    let gone = io::Error::other("the sync thread has stopped");
+                    self.inner.ready.finish(Completion { token: sub.token, result: Err(gone), buf: None });
+                }
+                return Ok(());
             }
-            Op::ZeroFill { file, len } => (self.zero_fill(file, len), None),
-        };
-        lock(&self.inner.done).push_back(Completion { token: sub.token, result, buf });
+        }
+        let (result, buf) = self.execute(sub.op);
+        self.inner.ready.push(Completion { token: sub.token, result, buf });
         Ok(())
     }
 
     fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
-        let mut q = lock(&self.inner.done);
-        if wait && q.is_empty() {
-            return Err(io::Error::other("reap would wait forever: nothing is in flight"));
+        if wait {
+            self.run_deferred();
         }
         let start = out.len();
-        out.extend(q.drain(..));
+        self.inner.ready.reap(out, wait)?;
         let mut f = self.faults();
-        if f.reorder && out.len() - start > 1 {
+        if f.reorder && !f.defer && out.len() - start > 1 {
             out.get_mut(start..).unwrap_or_default().reverse();
             f.reordered += 1;
         }
+        drop(f);
+        self.untrack(out.get(start..).unwrap_or_default());
+        Ok(())
+    }
+
+    fn wait(&self, bell: &Arc<Bell>, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        if !lock(&self.inner.deferred).is_empty() {
+            // What was held back completes now.
+            self.run_deferred();
+        }
+        if !self.inner.ready.is_empty() {
+            return Ok(());
+        }
+        self.inner.ready.wait(bell, timeout);
         Ok(())
     }
 

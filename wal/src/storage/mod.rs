@@ -3,15 +3,19 @@
 //! It is completion-shaped: writes, syncs and zero-fills are *submitted* with a token and their
 //! results *reaped* later, possibly out of order and possibly short, which is what io_uring does.
 //! The synchronous path ([`complete`]) submits one operation and reaps until its token comes
-//! back, resubmitting the rest of a short write. Backends:
+//! back, resubmitting the rest of a short write; [`complete_keeping`] does the same while other
+//! operations (the I/O thread's fdatasync) are in flight, keeping their completions aside. A
+//! thread that waits for work and completions together sleeps in [`Storage::wait`] on a [`Bell`]
+//! that whoever hands it work rings. Backends:
 //!
 //! - [`FileStorage`]: real files in a directory, `pwrite` + `fdatasync`, directory fsync, `flock`
-//!   (the portable backend);
+//!   (the portable backend); optionally with a sync thread that runs each fdatasync so the
+//!   submitter can write the next batch meanwhile;
 //! - `UringStorage` (Linux): the same files, with writes and fdatasyncs submitted through io_uring
 //!   and reaped as they complete;
 //! - [`MemStorage`]: in memory, with a durable image beside the live one, crash images at sector
-//!   granularity, and injected faults (failed syncs, short writes, reordered completions, disk
-//!   full). It exists for tests, not as a product backend.
+//!   granularity, and injected faults (failed syncs, short writes, reordered and deferred
+//!   completions, disk full). It exists for tests, not as a product backend.
 
 mod file;
 mod mem;
@@ -23,10 +27,12 @@ pub use mem::{CrashPoint, Faults, MemState, MemStorage, SectorFate};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 /// An open file of a backend. Handles are never reused within one backend.
 pub type FileId = u64;
@@ -133,12 +139,39 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// call from another thread than the writer's: it never touches the completion queue, which
     /// is how the next segment is prepared in the background.
     fn prepare_file(&self, name: &str, len: u64) -> io::Result<()>;
+    /// Sleeps until `bell` rings, a submitted operation's completion is ready to reap, or
+    /// `timeout` passes, whichever comes first (spurious returns are allowed). The default suits
+    /// a backend whose completions are ready when `submit` returns: it waits for the bell only.
+    fn wait(&self, bell: &Arc<Bell>, timeout: Option<Duration>) -> io::Result<()> {
+        bell.wait(timeout);
+        Ok(())
+    }
 }
 
 /// Runs one operation to completion on the synchronous path: submits it, reaps until its token
 /// returns, and resubmits the rest of a short write until it is written in full. Returns the
 /// bytes written and a write's buffer. Completions of other tokens are not expected here.
 pub fn complete(storage: &dyn Storage, token: u64, op: Op) -> io::Result<(u64, Option<Vec<u8>>)> {
+    let mut others = Vec::new();
+    let r = complete_keeping(storage, token, op, &mut others);
+    if let Some(c) = others.first() {
+        return Err(io::Error::other(format!(
+            "unexpected completion for token {} while waiting for {token}",
+            c.token
+        )));
+    }
+    r
+}
+
+/// [`complete`] for a caller that has other operations in flight (the I/O thread's fdatasync
+/// while it writes the next batch): completions of other tokens reaped meanwhile are appended
+/// to `others`, for the caller to take.
+pub fn complete_keeping(
+    storage: &dyn Storage,
+    token: u64,
+    op: Op,
+    others: &mut Vec<Completion>,
+) -> io::Result<(u64, Option<Vec<u8>>)> {
     let mut target = match &op {
         Op::Write { file, offset, .. } => Some((*file, *offset)),
         _ => None,
@@ -147,7 +180,7 @@ pub fn complete(storage: &dyn Storage, token: u64, op: Op) -> io::Result<(u64, O
     let mut written = 0u64;
     loop {
         storage.submit(Submission { token, op })?;
-        let c = wait_for(storage, token)?;
+        let c = wait_for(storage, token, others)?;
         let n = c.result?;
         let (Some((file, offset)), Some(mut buf)) = (target, c.buf) else {
             return Ok((n, None));
@@ -170,22 +203,237 @@ pub fn complete(storage: &dyn Storage, token: u64, op: Op) -> io::Result<(u64, O
     }
 }
 
-fn wait_for(storage: &dyn Storage, token: u64) -> io::Result<Completion> {
+fn wait_for(storage: &dyn Storage, token: u64, others: &mut Vec<Completion>) -> io::Result<Completion> {
     let mut done = Vec::new();
     loop {
         storage.reap(&mut done, true)?;
         let mut found = None;
         for c in done.drain(..) {
-            if c.token != token {
-                return Err(io::Error::other(format!(
-                    "unexpected completion for token {} while waiting for {token}",
-                    c.token
-                )));
+            if c.token == token && found.is_none() {
+                found = Some(c);
+            } else {
+                others.push(c);
             }
-            found = Some(c);
         }
         if let Some(c) = found {
             return Ok(c);
         }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked while holding it; the state here (a
+    // few flags, a queue) stays consistent, so carry on rather than cascade the panic.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Wakes a thread that sleeps for work and completions together (the I/O thread): rung by
+/// whoever hands it work, and by a backend when a completion is ready. Ringing a bell that is
+/// already rung costs one uncontended lock; a sleeper on the condition variable is notified,
+/// and one asleep in the kernel (an io_uring wait) is woken by a byte on a pipe the ring polls.
+/// A ring is never lost: it stays set until the sleeper's next wait consumes it.
+#[derive(Debug, Default)]
+pub struct Bell {
+    st: Mutex<BellState>,
+    cv: Condvar,
+    pipe: OnceLock<Option<(std::io::PipeReader, std::io::PipeWriter)>>,
+}
+
+#[derive(Debug, Default)]
+struct BellState {
+    rung: bool,
+    asleep: bool,
+    in_kernel: bool,
+    /// Bytes written to the pipe and not yet read back.
+    unread: usize,
+}
+
+impl Bell {
+    pub fn new() -> Bell {
+        Bell::default()
+    }
+
+    /// Wakes the sleeper, or makes its next wait return at once.
+    pub fn ring(&self) {
+        let mut s = lock(&self.st);
+        if s.rung {
+            return;
+        }
+        s.rung = true;
+        if s.asleep {
+            self.cv.notify_one();
+        }
+        if s.in_kernel {
+            // One byte wakes it; later rings find `rung` set and write nothing.
+            use std::io::Write;
+            if let Some(Some((_, w))) = self.pipe.get() {
+                if (&*w).write(&[1]).is_ok_and(|n| n == 1) {
+                    s.unread += 1;
+                }
+            }
+        }
+    }
+
+    /// Sleeps on the condition variable until rung (or `timeout`), and consumes the ring.
+    pub fn wait(&self, timeout: Option<Duration>) {
+        let mut s = lock(&self.st);
+        if !s.rung {
+            s.asleep = true;
+            match timeout {
+                None => {
+                    while !s.rung {
+                        s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+                Some(t) => {
+                    s = self.cv.wait_timeout_while(s, t, |s| !s.rung).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+            s.asleep = false;
+        }
+        s.rung = false;
+    }
+
+    /// A descriptor that becomes readable when the bell rings during a kernel wait (for a
+    /// backend that sleeps in its ring).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn pipe_fd(&self) -> io::Result<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match self.pipe.get_or_init(|| std::io::pipe().ok()) {
+            Some((r, _)) => Ok(r.as_raw_fd()),
+            None => Err(io::Error::other("no pipe for the I/O thread's bell")),
+        }
+    }
+
+    /// Before a kernel wait: false (and the ring consumed) when already rung, so do not sleep.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn enter_kernel(&self) -> bool {
+        let mut s = lock(&self.st);
+        if s.rung {
+            s.rung = false;
+            return false;
+        }
+        s.in_kernel = true;
+        true
+    }
+
+    /// After a kernel wait: consumes the ring and reads back what was written to the pipe
+    /// (it is there: it was written under the same lock).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn leave_kernel(&self) {
+        use std::io::Read;
+        let mut s = lock(&self.st);
+        s.in_kernel = false;
+        s.rung = false;
+        let n = std::mem::take(&mut s.unread);
+        if n > 0 {
+            if let Some(Some((r, _))) = self.pipe.get() {
+                let mut buf = vec![0u8; n];
+                let _ = (&*r).read_exact(&mut buf);
+            }
+        }
+    }
+}
+
+/// Completions of a backend that runs operations itself (on the submitting thread, or on its
+/// sync thread), waiting to be reaped.
+#[derive(Debug, Default)]
+pub(crate) struct Ready {
+    st: Mutex<ReadyState>,
+    cv: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct ReadyState {
+    done: VecDeque<Completion>,
+    /// Operations handed to a sync thread whose completions are not queued yet.
+    running: usize,
+    /// Rung whenever a completion is queued (set by the first [`Ready::wait`]).
+    bell: Option<Arc<Bell>>,
+}
+
+impl Ready {
+    /// Counts an operation handed to another thread; its [`Ready::finish`] follows.
+    pub(crate) fn start(&self) {
+        lock(&self.st).running += 1;
+    }
+
+    pub(crate) fn push(&self, c: Completion) {
+        lock(&self.st).done.push_back(c);
+    }
+
+    /// Queues the completion of an operation counted by [`Ready::start`] and wakes whoever waits.
+    pub(crate) fn finish(&self, c: Completion) {
+        let bell = {
+            let mut s = lock(&self.st);
+            s.running = s.running.saturating_sub(1);
+            s.done.push_back(c);
+            s.bell.clone()
+        };
+        self.cv.notify_all();
+        if let Some(b) = bell {
+            b.ring();
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        lock(&self.st).done.is_empty()
+    }
+
+    /// Moves the queued completions to `out`; with `wait`, first waits for one (an error if
+    /// none can come: nothing is queued or running).
+    pub(crate) fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
+        let mut s = lock(&self.st);
+        if wait {
+            while s.done.is_empty() {
+                if s.running == 0 {
+                    return Err(io::Error::other("reap would wait forever: nothing is in flight"));
+                }
+                s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        out.extend(s.done.drain(..));
+        Ok(())
+    }
+
+    /// [`Storage::wait`] for such a backend: returns at once when a completion is queued,
+    /// otherwise sleeps on the bell, which [`Ready::finish`] rings.
+    pub(crate) fn wait(&self, bell: &Arc<Bell>, timeout: Option<Duration>) {
+        {
+            let mut s = lock(&self.st);
+            if s.bell.as_ref().is_none_or(|b| !Arc::ptr_eq(b, bell)) {
+                s.bell = Some(bell.clone());
+            }
+            if !s.done.is_empty() {
+                return;
+            }
+        }
+        bell.wait(timeout);
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A helper thread that runs blocking jobs (fdatasyncs) in order, so that the thread submitting
+/// them can go on (write the next batch) meanwhile. It ends when its owner drops it.
+#[derive(Debug)]
+pub(crate) struct SyncThread {
+    tx: Mutex<std::sync::mpsc::Sender<Job>>,
+}
+
+impl SyncThread {
+    pub(crate) fn start(name: &str) -> io::Result<SyncThread> {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new().name(name.into()).spawn(move || {
+            while let Ok(job) = rx.recv() {
+                job();
+            }
+        })?;
+        Ok(SyncThread { tx: Mutex::new(tx) })
+    }
+
+    /// Hands `job` to the thread; gives it back if the thread is gone.
+    pub(crate) fn run(&self, job: Job) -> Result<(), Job> {
+        lock(&self.tx).send(job).map_err(|e| e.0)
     }
 }

@@ -7,22 +7,34 @@
 //!   reaped, so the kernel never sees freed memory or a closed descriptor;
 //! - a completion's short count is reported as is (the caller resubmits the rest: see
 //!   [`super::complete`]); -EAGAIN and -EINTR on an operation resubmit it; a full submission queue
-//!   is flushed to the kernel; a completion-queue overflow (EBUSY on enter) is drained first;
+//!   is flushed to the kernel; a completion-queue overflow (EBUSY on enter) is drained first, and
+//!   completions the kernel kept back after an overflow are flushed by an enter;
+//! - at most one fdatasync per file is in flight (a second is refused): an error reported to one
+//!   of two concurrent syncs can be lost to the other;
 //! - the ring uses no special setup flags: SQPOLL cost one of this machine's two vCPUs for no
 //!   gain, IOPOLL does not work on this device, and DEFER_TASKRUN with an IO_DRAIN fsync left the
 //!   waiter asleep. Ordering is the caller's: a sync is only submitted after the writes it must
-//!   cover have completed, never linked or drained.
+//!   cover have completed, never linked or drained;
+//! - [`Storage::wait`] sleeps in the ring: its completions and a poll on the caller's [`Bell`]
+//!   (a pipe that the bell writes to when rung during the wait), with an optional timeout, so the
+//!   I/O thread wakes for whichever comes first without spinning. The poll holds no buffer, so
+//!   nothing the kernel may still touch outlives the ring.
 
-use super::{Completion, FileId, FileStorage, LockGuard, Mapping, Op, Storage, Submission};
+use super::{Bell, Completion, FileId, FileStorage, LockGuard, Mapping, Op, Storage, Submission};
 use io_uring::{opcode, types, IoUring};
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 const RING_ENTRIES: u32 = 256;
+/// The user data of the poll on the bell's pipe (operation ids count up from 1).
+const BELL_POLL: u64 = u64::MAX;
+const POLLIN: u32 = 0x1;
 
 /// What an in-flight operation is, kept until its completion (and to resubmit it).
 enum Kind {
@@ -32,6 +44,7 @@ enum Kind {
 
 struct InFlight {
     token: u64,
+    file_id: FileId,
     file: Arc<File>,
     kind: Kind,
 }
@@ -44,14 +57,16 @@ struct Ring {
     done: VecDeque<Completion>,
     /// Submitted to the ring but not yet to the kernel.
     unsent: usize,
-    /// Operations that went through the ring (for tests and metrics).
-    ring_ops: u64,
+    /// The bell pipe a poll is armed on (re-armed after each of its completions).
+    bell_poll: Option<RawFd>,
 }
 
 /// Log storage whose writes and syncs go through io_uring.
 pub struct UringStorage {
     files: FileStorage,
     ring: Mutex<Ring>,
+    /// Operations that went through the ring (for tests and metrics).
+    ring_ops: AtomicU64,
 }
 
 impl std::fmt::Debug for UringStorage {
@@ -72,14 +87,15 @@ impl UringStorage {
                 next_id: 1,
                 done: VecDeque::new(),
                 unsent: 0,
-                ring_ops: 0,
+                bell_poll: None,
             }),
+            ring_ops: AtomicU64::new(0),
         })
     }
 
     /// Writes and syncs submitted through the ring so far.
     pub fn ring_ops(&self) -> u64 {
-        self.ring().ring_ops
+        self.ring_ops.load(Ordering::Relaxed)
     }
 
     fn ring(&self) -> MutexGuard<'_, Ring> {
@@ -142,8 +158,24 @@ impl Ring {
 
     /// Moves every available completion to `done`, resubmitting operations that asked for it.
     fn drain(&mut self) -> io::Result<()> {
-        let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        let mut cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        if self.ring.submission().cq_overflow() {
+            // The kernel kept completions back when the queue was full (NODROP): an enter
+            // with GETEVENTS (which the crate adds when this flag is up) flushes them. Busy or
+            // interrupted: what was flushed is read below, the rest at the next drain.
+            match self.ring.submit_and_wait(0) {
+                Ok(_) => self.unsent = 0,
+                Err(e) if matches!(e.raw_os_error(), Some(c) if c == libc_ebusy() || c == libc_eagain() || c == libc_eintr()) =>
+                    {}
+                Err(e) => return Err(e),
+            }
+            cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        }
         for (id, res) in cqes {
+            if id == BELL_POLL {
+                self.bell_poll = None;
+                continue;
+            }
             if res == -libc_eagain() || res == -libc_eintr() {
                 self.push(id)?;
                 continue;
@@ -162,6 +194,47 @@ impl Ring {
             self.done.push_back(Completion { token: op.token, result, buf });
         }
         Ok(())
+    }
+}
+
+impl Ring {
+    /// Arms (once) a poll on the bell's pipe, so a ring wakes a wait in the kernel.
+    fn arm_bell(&mut self, bell: &Bell) -> io::Result<()> {
+        let fd = bell.pipe_fd()?;
+        if self.bell_poll == Some(fd) {
+            return Ok(());
+        }
+        let entry = opcode::PollAdd::new(types::Fd(fd), POLLIN).build().user_data(BELL_POLL);
+        loop {
+            // SAFETY: a poll names no buffer; the kernel holds its own reference to the pipe's
+            // file while the poll is armed, and cancels it when the ring is closed.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.unsent += 1;
+                self.bell_poll = Some(fd);
+                return Ok(());
+            }
+            self.enter(0)?;
+        }
+    }
+
+    /// One wait in the kernel for at least one completion, at most `timeout`.
+    fn wait_once(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let r = match timeout {
+            None => self.ring.submit_and_wait(1),
+            Some(t) => {
+                let ts = types::Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(c) if c == libc_etime() || c == libc_eintr()) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(c) if c == libc_ebusy() || c == libc_eagain()) => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -189,6 +262,9 @@ const fn libc_eagain() -> i32 {
 }
 const fn libc_ebusy() -> i32 {
     16
+}
+const fn libc_etime() -> i32 {
+    62
 }
 
 impl Storage for UringStorage {
@@ -239,12 +315,18 @@ impl Storage for UringStorage {
                 return Ok(());
             }
         };
-        let file = self.files.file(kind.0)?;
+        let (file_id, kind) = kind;
+        let file = self.files.file(file_id)?;
         let mut r = self.ring();
+        if matches!(kind, Kind::SyncData)
+            && r.inflight.values().any(|o| o.file_id == file_id && matches!(o.kind, Kind::SyncData))
+        {
+            return Err(io::Error::other("a second fdatasync on one file while the first is in flight"));
+        }
         let id = r.next_id;
         r.next_id += 1;
-        r.inflight.insert(id, InFlight { token: sub.token, file, kind: kind.1 });
-        r.ring_ops += 1;
+        r.inflight.insert(id, InFlight { token: sub.token, file_id, file, kind });
+        self.ring_ops.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = r.push(id) {
             r.inflight.remove(&id);
             return Err(e);
@@ -275,5 +357,26 @@ impl Storage for UringStorage {
 
     fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
         self.files.prepare_file(name, len)
+    }
+
+    fn wait(&self, bell: &Arc<Bell>, timeout: Option<Duration>) -> io::Result<()> {
+        let mut r = self.ring();
+        r.arm_bell(bell)?;
+        // Hand everything queued to the kernel first: the wait below submits nothing, so its
+        // outcome (a timeout) never hides how many entries were taken.
+        if r.unsent > 0 {
+            r.enter(0)?;
+        }
+        r.drain()?;
+        if !r.done.is_empty() {
+            return Ok(());
+        }
+        if !bell.enter_kernel() {
+            return Ok(());
+        }
+        let waited = r.wait_once(timeout);
+        bell.leave_kernel();
+        waited?;
+        r.drain()
     }
 }
