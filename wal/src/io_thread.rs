@@ -8,9 +8,10 @@
 //!   [`Error::Busy`] at once, as the caller chose.
 //! - The thread drains the queue, stages every entry and writes the batch; tickets asking for
 //!   [`Durability::Written`] get their first resolution here. When no sync is in flight and one
-//!   is due, it submits an fdatasync covering every batch written so far and goes on: batches
-//!   formed meanwhile are written while the sync runs (on io_uring, or on the portable backend's
-//!   sync thread), and the next sync starts as soon as this one completes. A ticket resolves
+//!   is due, it submits an fdatasync covering every batch written so far and goes on: appends
+//!   that arrive meanwhile are written while the sync runs (on io_uring, or on the portable
+//!   backend's sync thread) once [`AsyncOptions::overlap_write_bytes`] of them wait, or else as
+//!   soon as it completes, and the next sync starts right after. A ticket resolves
 //!   durable only after a sync that was submitted after its batch's write had completed in full,
 //!   itself completed (DESIGN.md I3); every Written ticket later gets that second, final
 //!   resolution too.
@@ -74,6 +75,13 @@ pub struct AsyncOptions {
     pub written_sync_delay: Duration,
     /// How many payload bytes of such batches may wait for their sync.
     pub written_sync_bytes: usize,
+    /// While a sync is in flight, appends are written during it (and wake the I/O thread for
+    /// that) only once this many payload bytes wait, a whole batch of entries is staged, or a
+    /// `Written` entry waits for its hand-off to the OS; otherwise they are staged and written
+    /// when the sync completes, just before the next one starts. Writing a few hundred bytes
+    /// costs less than a wake-up and a write call of their own; writing a megabyte during the
+    /// sync hides most of its time. 0 writes (and wakes for) every append at once.
+    pub overlap_write_bytes: usize,
 }
 
 impl Default for AsyncOptions {
@@ -86,6 +94,7 @@ impl Default for AsyncOptions {
             slow_sync: Duration::from_secs(1),
             written_sync_delay: Duration::from_millis(5),
             written_sync_bytes: 1 << 20,
+            overlap_write_bytes: 64 << 10,
         }
     }
 }
@@ -97,6 +106,10 @@ struct Submit {
     queued_bytes: usize,
     fenced: Option<String>,
     closing: bool,
+    /// Payload bytes sent to the I/O thread and not taken by it yet.
+    untaken_bytes: usize,
+    /// The I/O thread sleeps until its sync completes: small appends need not wake it.
+    quiet: bool,
 }
 
 struct Shared {
@@ -225,6 +238,8 @@ impl AsyncWal {
                 queued_bytes: 0,
                 fenced: wal.is_poisoned().then(|| "the log was already fenced".to_string()),
                 closing: false,
+                untaken_bytes: 0,
+                quiet: false,
             }),
             space: Condvar::new(),
             bell: Arc::new(Bell::new()),
@@ -328,10 +343,13 @@ impl AsyncWal {
         st.next_lsn += count as u64;
         st.queued_entries += count;
         st.queued_bytes += len;
+        st.untaken_bytes += len;
         // Rung under the lock, as the channel's own wake-up was before the bell: a woken I/O
         // thread that preempts this one meets the lock (it checks the fence under it) and lets
         // the submitter finish first, so back-to-back appends still share a batch.
-        self.shared.bell.ring();
+        if !st.quiet || st.untaken_bytes >= opts.overlap_write_bytes {
+            self.shared.bell.ring();
+        }
         drop(st);
         Ok(ticket)
     }
@@ -488,11 +506,18 @@ impl Io<'_> {
     /// Takes queued requests without blocking, up to a batch. Returns whether it took any.
     fn take_requests(&mut self) -> bool {
         let max = self.shared.opts.max_batch_entries;
-        let mut took = false;
+        let (mut took, mut bytes) = (false, 0);
         while self.staged.len() < max && !self.closing {
             let Ok(req) = self.rx.try_recv() else { break };
             took = true;
+            if let Req::Append { payload, .. } = &req {
+                bytes += payload.bytes();
+            }
             self.handle(req);
+        }
+        if bytes > 0 {
+            let mut st = self.shared.lock();
+            st.untaken_bytes = st.untaken_bytes.saturating_sub(bytes);
         }
         took
     }
@@ -511,7 +536,7 @@ impl Io<'_> {
             Req::Purge { below, reply } => {
                 // Between batches: what is staged goes out first. The purge waits for the sync
                 // in flight (it rewrites wal.meta and syncs the directory).
-                self.write_staged();
+                self.write_now();
                 let r = self.wal.purge_before(below);
                 let _ = reply.send(r);
                 self.after_log_call();
@@ -550,7 +575,7 @@ impl Io<'_> {
                         let (kept, mut lost): (Vec<Pending>, Vec<Pending>) =
                             std::mem::take(&mut self.staged).into_iter().partition(|q| q.lsn < next);
                         self.staged = kept;
-                        self.write_staged();
+                        self.write_now();
                         lost.push(p);
                         self.withdraw(lost, &e.to_string());
                     }
@@ -564,9 +589,28 @@ impl Io<'_> {
         }
     }
 
+    /// Whether the staged appends wait for the sync in flight to complete before their write
+    /// (see [`AsyncOptions::overlap_write_bytes`]).
+    fn hold_for_sync(&self) -> bool {
+        let o = &self.shared.opts;
+        self.wal.syncing()
+            && !self.closing
+            && self.staged.len() < o.max_batch_entries
+            && self.staged.iter().map(|p| p.bytes).sum::<usize>() < o.overlap_write_bytes
+            && !self.staged.iter().any(|p| p.durability == Durability::Written)
+    }
+
     /// Writes the staged batch (handed to the OS) and keeps it in flight for its sync; Written
-    /// tickets get their first resolution. Returns whether there was a batch.
+    /// tickets get their first resolution. Small batches wait while a sync is in flight.
+    /// Returns whether a batch was written.
     fn write_staged(&mut self) -> bool {
+        if (self.staged.is_empty() && !self.staged_checkpoint) || self.hold_for_sync() {
+            return false;
+        }
+        self.write_now()
+    }
+
+    fn write_now(&mut self) -> bool {
         if self.staged.is_empty() && !self.staged_checkpoint {
             return false;
         }
@@ -709,8 +753,19 @@ impl Io<'_> {
             self.flights.front().map(|f| f.written_at + self.shared.opts.written_sync_delay)
         };
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        // Waiting for a sync: appends below the overlap threshold let it sleep (they are
+        // written when it completes). Set under the submit lock, so an append either sees it
+        // or came before and rang.
+        let quiet = self.wal.syncing() && self.shared.opts.overlap_write_bytes > 0;
+        if quiet {
+            self.shared.lock().quiet = true;
+        }
         let storage = self.wal.storage().clone();
-        if let Err(e) = storage.wait(&self.shared.bell, timeout) {
+        let waited = storage.wait(&self.shared.bell, timeout);
+        if quiet {
+            self.shared.lock().quiet = false;
+        }
+        if let Err(e) = waited {
             self.fence(format!("waiting for completions: {e}"));
         }
     }
@@ -728,11 +783,13 @@ impl Io<'_> {
             p.slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
         }
         self.staged_checkpoint = false;
+        let mut untaken = 0;
         while let Ok(r) = self.rx.try_recv() {
             match r {
                 Req::Append { payload, slot, .. } => {
                     entries += payload.entries();
                     bytes += payload.bytes();
+                    untaken += payload.bytes();
                     slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
                 }
                 Req::Checkpoint { .. } => {}
@@ -744,6 +801,10 @@ impl Io<'_> {
                 }
                 Req::Close => self.closing = true,
             }
+        }
+        if untaken > 0 {
+            let mut st = self.shared.lock();
+            st.untaken_bytes = st.untaken_bytes.saturating_sub(untaken);
         }
         self.shared.release(entries, bytes);
     }
@@ -762,11 +823,13 @@ impl Io<'_> {
             bytes += p.bytes;
             rejected.push(p.slot);
         }
+        let mut untaken = 0;
         while let Ok(r) = self.rx.try_recv() {
             match r {
                 Req::Append { payload, slot, .. } => {
                     entries += payload.entries();
                     bytes += payload.bytes();
+                    untaken += payload.bytes();
                     rejected.push(slot);
                 }
                 // Its LSN was taken before; it still belongs with the next batch.
@@ -786,6 +849,7 @@ impl Io<'_> {
         }
         st.queued_entries = st.queued_entries.saturating_sub(entries);
         st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
+        st.untaken_bytes = st.untaken_bytes.saturating_sub(untaken);
         st.next_lsn = self.wal.next_lsn().0;
         drop(st);
         self.shared.space.notify_all();
@@ -800,7 +864,7 @@ impl Io<'_> {
     /// At close: writes what is staged, syncs everything written, resolves, seals the log.
     fn finish(mut self) -> Result<()> {
         if self.fenced().is_none() {
-            self.write_staged();
+            self.write_now();
         }
         if self.fenced().is_none() {
             let started = Instant::now();

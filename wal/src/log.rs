@@ -57,14 +57,20 @@ pub(crate) struct Pipelined {
 /// Which storage backend a log on real files uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Backend {
-    /// The backend measured fastest here: today pwrite + fdatasync. With one write and one sync
-    /// per batch and nothing in flight meanwhile, io_uring adds ring round trips and hands each
-    /// fdatasync to a kernel worker: `cargo bench -p wal-benches --bench group_commit` measured it
-    /// at 0.58-0.84x of the portable backend for 1 to 64 submitters on this 2-vCPU machine. Auto
-    /// moves to io_uring when the I/O thread overlaps the next batch's writes with a sync.
+    /// The backend measured fastest here: pwrite + fdatasync, run by the I/O thread itself.
+    /// `cargo bench -p wal-benches --bench group_commit` (`benches/RESULTS-group-commit.md`)
+    /// compared it in the same runs with the I/O thread writing the next batches while a sync is
+    /// in flight, on io_uring (writes and syncs through the ring), on io_uring for the syncs only
+    /// (`UringStorage::with_inline_writes`) and on pwrite with each fdatasync on a helper thread
+    /// (`FileStorage::with_sync_thread`): none measured better for 1, 8 or 64 waiting
+    /// submitters or 1 MiB batches, only a window of 64 small entries in flight was at times.
+    /// On this disk an fdatasync's time grows with the bytes it flushes, while writing them
+    /// into the page cache is cheap: a sync leaves little to overlap, and handing it to another
+    /// thread (a kernel worker or ours) costs a wake-up each time. A buffered write through
+    /// the ring is itself handed to a kernel worker (about 25 us for 512 bytes against 4 us).
     #[default]
     Auto,
-    /// io_uring, or an error where it is unavailable.
+    /// io_uring for writes and syncs, or an error where it is unavailable.
     Uring,
     /// pwrite + fdatasync.
     Portable,

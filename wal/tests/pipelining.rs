@@ -301,7 +301,9 @@ fn a_failed_sync_with_a_batch_written_behind_it_fences_everything_and_retries_no
     // No background segment preparation: its syncs would meet the observer and the fault.
     let (wal, _) =
         Wal::open_with(Arc::new(st.clone()), Options { prepare_in_background: false, ..opts() }).unwrap();
-    let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap();
+    // Every append wakes the thread, also during a sync (no overlap threshold).
+    let log =
+        AsyncWal::start(wal, AsyncOptions { overlap_write_bytes: 0, ..AsyncOptions::default() }).unwrap();
     log.append(Epoch(0), b"durable".to_vec(), Durability::Durable).unwrap().wait().unwrap();
     // The next sync is held on the sync thread (it fails once released). Released on any exit,
     // so a failed assertion cannot leave the close below waiting for it.

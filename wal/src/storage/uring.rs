@@ -61,12 +61,14 @@ struct Ring {
     bell_poll: Option<RawFd>,
 }
 
-/// Log storage whose writes and syncs go through io_uring.
+/// Log storage whose fdatasyncs (and, unless written inline, writes) go through io_uring.
 pub struct UringStorage {
     files: FileStorage,
     ring: Mutex<Ring>,
     /// Operations that went through the ring (for tests and metrics).
     ring_ops: AtomicU64,
+    /// Writes run as `pwrite` on the submitting thread; only syncs go through the ring.
+    inline_writes: bool,
 }
 
 impl std::fmt::Debug for UringStorage {
@@ -90,7 +92,26 @@ impl UringStorage {
                 bell_poll: None,
             }),
             ring_ops: AtomicU64::new(0),
+            inline_writes: false,
         })
+    }
+
+    /// [`UringStorage::new`] with writes run as `pwrite` on the submitting thread and only the
+    /// fdatasyncs submitted through the ring. On this machine's ext4 a buffered write through
+    /// the ring is handed to a kernel worker (about 25 us for 512 bytes against 4 us for
+    /// `pwrite`), while what pays is the sync running asynchronously: the I/O thread writes the
+    /// next batch meanwhile and sleeps in the ring for the sync and its bell together. A write
+    /// done this way has completed in full when `submit` returns, so the rule "a sync covers
+    /// only writes reaped in full before it" holds as before.
+    pub fn with_inline_writes(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
+        let mut s = Self::new(dir, create)?;
+        s.inline_writes = true;
+        Ok(s)
+    }
+
+    /// Whether writes run as `pwrite` on the submitting thread.
+    pub fn inline_writes(&self) -> bool {
+        self.inline_writes
     }
 
     /// Writes and syncs submitted through the ring so far.
@@ -303,11 +324,12 @@ impl Storage for UringStorage {
 
     fn submit(&self, sub: Submission) -> io::Result<()> {
         let kind = match sub.op {
-            Op::Write { file, offset, data } => (file, Kind::Write { offset, data }),
+            Op::Write { file, offset, data } if !self.inline_writes => (file, Kind::Write { offset, data }),
             Op::SyncData { file } => (file, Kind::SyncData),
             other => {
-                // Zero-fill and directory sync are not on the append path: the file backend
-                // runs them, and their completions join the ring's.
+                // Zero-fill and directory sync are not on the append path (nor, with inline
+                // writes, writes): the file backend runs them, and their completions join the
+                // ring's.
                 self.files.submit(Submission { token: sub.token, op: other })?;
                 let mut out = Vec::new();
                 self.files.reap(&mut out, true)?;
