@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wal::storage::{FileStorage, Storage, UringStorage};
 use wal::{AsyncOptions, AsyncWal, Backend, Durability, Epoch, Options, Wal};
+use wal_benches::median;
 
 const ENTRY: usize = 256;
 const BIG_ENTRY: usize = 64 << 10;
@@ -166,11 +167,6 @@ fn engine(dir: &Path, be: Be, load: Load) -> Outcome {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -241,12 +237,12 @@ fn main() {
     if !raws.is_empty() {
         let (lo, hi) =
             (raws.iter().cloned().fold(f64::MAX, f64::min), raws.iter().cloned().fold(0.0, f64::max));
-        println!("raw 256 B probes: median {:.0}/s, min {lo:.0}, max {hi:.0}", median(raws.clone()));
+        println!("raw 256 B probes: median {:.0}/s, min {lo:.0}, max {hi:.0}", median(&mut raws.clone()));
     }
     if !raws_big.is_empty() {
         let v = &raws_big;
         let (lo, hi) = (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(0.0, f64::max));
-        println!("raw 1 MiB probes: median {:.0} MiB/s, min {lo:.0}, max {hi:.0}", median(v.clone()));
+        println!("raw 1 MiB probes: median {:.0} MiB/s, min {lo:.0}, max {hi:.0}", median(&mut v.clone()));
     }
     println!(
         "{:<30} {:>8} {:>8} {:>8} {:>5} {:>11} {:<5} {:>7} {:>8} {:>8}",
@@ -263,11 +259,11 @@ fn main() {
             println!("{n:<30} {:>8} (every pair dropped: the regime moved) {extra}", "-");
             continue;
         }
-        let ratios: Vec<f64> = v.iter().map(|p| p.0).collect();
+        let mut ratios: Vec<f64> = v.iter().map(|p| p.0).collect();
         let (lo, hi) =
             (ratios.iter().cloned().fold(f64::MAX, f64::min), ratios.iter().cloned().fold(0.0, f64::max));
-        let m = median(ratios);
-        let rate = median(v.iter().map(|p| p.1).collect());
+        let m = median(&mut ratios);
+        let rate = median(&mut v.iter().map(|p| p.1).collect::<Vec<_>>());
         println!(
             "{n:<30} {m:>7.2}x {lo:>7.2}x {hi:>7.2}x {:>2}/{:<2} {rate:>11.0} {unit:<5} {extra}",
             v.len(),

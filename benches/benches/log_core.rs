@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use wal::{Epoch, ItemKind, Options, Wal};
+use wal_benches::median;
 
 /// Segment size for every benchmark (and the raw baseline's preallocated file).
 const SEG: u32 = 8 << 20;
@@ -154,7 +155,7 @@ fn paired_sync_vs_raw(_c: &mut Criterion) {
     let mut ratios: Vec<f64> = walt.iter().zip(&raw).map(|(w, r)| w / r).collect();
     let n = raw.len();
     let (r50, w50, q50) = (median(&mut raw), median(&mut walt), median(&mut ratios));
-    let pct = |v: &[f64], q: f64| v[((v.len() - 1) as f64 * q) as usize];
+    let pct = wal_benches::percentile;
     eprintln!(
         "paired entry_bytes={entry_bytes} batch=1 ({n} pairs in {:.1} s): raw_pwrite_fdatasync median {:.1} us \
          (p10 {:.1}, p90 {:.1}); wal append+sync median {:.1} us (p10 {:.1}, p90 {:.1}); \
@@ -170,12 +171,6 @@ fn paired_sync_vs_raw(_c: &mut Criterion) {
         q50
     );
     log.close().expect("close");
-}
-
-/// Sorts `v` and returns its median.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Builds (untimed) a closed and reopened log holding `REPLAY_PAYLOAD_BYTES` of payload, then

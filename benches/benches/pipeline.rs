@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal::state::{EntryKind, Envelope};
 use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Options, Wal};
+use wal_benches::{median, percentile};
 
 const ROUND: Duration = Duration::from_millis(1500);
 const ROUNDS: usize = 5;
@@ -126,17 +127,6 @@ fn pipeline_round(dir: &std::path::Path, threads: usize, window: usize) -> Run {
     run
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
-fn pct(v: &[f64], p: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[((v.len() - 1) as f64 * p) as usize]
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -169,7 +159,8 @@ fn main() {
         "{:<14} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12}",
         "workload", "median/s", "min/s", "max/s", "p50 us", "p99 us", "vs log"
     );
-    let meds: Vec<f64> = results.iter().map(|v| median(v.iter().map(|r| r.ops).collect())).collect();
+    let meds: Vec<f64> =
+        results.iter().map(|v| median(&mut v.iter().map(|r| r.ops).collect::<Vec<_>>())).collect();
     for (i, (name, _, _)) in work.iter().enumerate() {
         let v = &results[i];
         let ops: Vec<f64> = v.iter().map(|r| r.ops).collect();
@@ -184,8 +175,8 @@ fn main() {
         println!(
             "{name:<14} {:>10.0} {lo:>10.0} {hi:>10.0} {:>9.0} {:>9.0} {vs:>12}",
             meds[i],
-            pct(&mid.lat_us, 0.5),
-            pct(&mid.lat_us, 0.99)
+            percentile(&mid.lat_us, 0.5),
+            percentile(&mid.lat_us, 0.99)
         );
     }
 }

@@ -15,6 +15,7 @@ use std::time::Instant;
 use verifier::state::{check_state, StateOptions, StateVerdict};
 use wal::state::{Applier, EntryKind, Envelope, DEDUPE_WINDOW_META_KEY};
 use wal::{Epoch, Lsn, Options, Wal};
+use wal_benches::median;
 
 const ENTRIES: u64 = 200_000;
 const WINDOW: u64 = 1 << 20;
@@ -50,11 +51,6 @@ fn build(dir: &Path) -> u64 {
     log.checkpoint(Epoch(0), Lsn(ENTRIES), &a.checkpoint()).unwrap();
     log.close().unwrap();
     bytes / ENTRIES
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn main() {
@@ -104,7 +100,7 @@ fn main() {
         drop(a);
         apply.push(t.elapsed().as_secs_f64());
     }
-    let rate = |v: &[f64]| ENTRIES as f64 / median(v.to_vec());
+    let rate = |v: &[f64]| ENTRIES as f64 / median(&mut v.to_vec());
     println!("verify_state: {ENTRIES} catalog entries of about {avg} bytes, 7 interleaved rounds, medians");
     println!("{:<34} {:>14} {:>10}", "operation", "entries/s", "vs blake3");
     let b3r = rate(&b3);
