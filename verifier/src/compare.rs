@@ -41,6 +41,8 @@ impl ReplicaVerdict {
 pub struct Replica {
     pub dir: PathBuf,
     pub crc: &'static str,
+    /// The exit code `walcheck verify` gives this log's CRC verdict alone.
+    pub crc_code: i32,
     pub first_lsn: Option<Lsn>,
     pub last_lsn: Option<Lsn>,
     /// The state digest at the common end (hex), when replayed from the start.
@@ -59,9 +61,10 @@ pub struct ReplicaReport {
 }
 
 impl ReplicaReport {
-    /// 0 when they agree, 4 (DIVERGENT) when they differ, else the worst CRC code.
-    pub fn exit_code(&self, crc_codes: &[i32]) -> i32 {
-        let worst = crc_codes.iter().copied().max().unwrap_or(0);
+    /// 0 when they agree, 4 (DIVERGENT) when they differ, 5 when one could not be read, and
+    /// never less than the worst replica's CRC code.
+    pub fn exit_code(&self) -> i32 {
+        let worst = self.replicas.iter().map(|r| r.crc_code).max().unwrap_or(0);
         match self.verdict {
             ReplicaVerdict::Agree => worst,
             ReplicaVerdict::Differ(_) => worst.max(4),
@@ -131,6 +134,7 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
         report.replicas.push(Replica {
             dir: dir.clone(),
             crc: crc.crc_word(),
+            crc_code: crc.exit_code(),
             first_lsn: first,
             last_lsn: last,
             digest: None,
