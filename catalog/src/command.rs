@@ -121,6 +121,24 @@ impl Command {
     /// a bad name or an oversized field is an error naming it. Never panics, and allocates at
     /// most the input's length.
     pub fn decode(bytes_untrusted: &[u8]) -> Result<Command, String> {
+        CommandRef::decode(bytes_untrusted).map(|c| c.to_owned())
+    }
+}
+
+/// A decoded command that borrows its name and properties from the entry: what apply works
+/// from, so that a replay allocates only what the state keeps. [`Command::decode`] is this
+/// decoder plus copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommandRef<'a> {
+    Create { parent: Option<EntityId>, kind: EntityKind, name: &'a str, props: &'a [u8] },
+    Rename { id: EntityId, expected_version: u64, new_name: &'a str },
+    Update { id: EntityId, expected_version: u64, props: &'a [u8] },
+    Drop { id: EntityId, expected_version: Option<u64>, cascade: bool },
+}
+
+impl<'a> CommandRef<'a> {
+    /// See [`Command::decode`].
+    pub(crate) fn decode(bytes_untrusted: &'a [u8]) -> Result<CommandRef<'a>, String> {
         let mut r = Reader::new(bytes_untrusted);
         let version = r.u8("command version")?;
         if version != COMMAND_VERSION {
@@ -136,19 +154,19 @@ impl Command {
                     EntityKind::from_code(code).ok_or_else(|| format!("unknown entity kind {code}"))?;
                 let name = r.name()?;
                 let props = r.props()?;
-                Command::Create { parent: (parent != 0).then_some(EntityId(parent)), kind, name, props }
+                CommandRef::Create { parent: (parent != 0).then_some(EntityId(parent)), kind, name, props }
             }
             Op::Rename => {
                 let id = EntityId(r.u64("entity id")?);
                 let expected_version = r.u64("expected version")?;
                 let new_name = r.name()?;
-                Command::Rename { id, expected_version, new_name }
+                CommandRef::Rename { id, expected_version, new_name }
             }
             Op::Update => {
                 let id = EntityId(r.u64("entity id")?);
                 let expected_version = r.u64("expected version")?;
                 let props = r.props()?;
-                Command::Update { id, expected_version, props }
+                CommandRef::Update { id, expected_version, props }
             }
             Op::Drop => {
                 let id = EntityId(r.u64("entity id")?);
@@ -161,11 +179,29 @@ impl Command {
                     return Err("an expected version without its flag".into());
                 }
                 let expected_version = (flags & DROP_HAS_EXPECTED != 0).then_some(expected);
-                Command::Drop { id, expected_version, cascade: flags & DROP_CASCADE != 0 }
+                CommandRef::Drop { id, expected_version, cascade: flags & DROP_CASCADE != 0 }
             }
         };
         r.finish("command")?;
         Ok(cmd)
+    }
+
+    /// The owned command.
+    pub(crate) fn to_owned(self) -> Command {
+        match self {
+            CommandRef::Create { parent, kind, name, props } => {
+                Command::Create { parent, kind, name: name.to_string(), props: props.to_vec() }
+            }
+            CommandRef::Rename { id, expected_version, new_name } => {
+                Command::Rename { id, expected_version, new_name: new_name.to_string() }
+            }
+            CommandRef::Update { id, expected_version, props } => {
+                Command::Update { id, expected_version, props: props.to_vec() }
+            }
+            CommandRef::Drop { id, expected_version, cascade } => {
+                Command::Drop { id, expected_version, cascade }
+            }
+        }
     }
 }
 

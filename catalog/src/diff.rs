@@ -54,10 +54,10 @@ pub fn changed_fields(left: &Entity, right: &Entity) -> Vec<&'static str> {
     if left.version != right.version {
         f.push("version");
     }
-    if left.name != right.name {
+    if left.name() != right.name() {
         f.push("name");
     }
-    if left.props != right.props {
+    if left.props() != right.props() {
         f.push("props");
     }
     f
@@ -68,7 +68,7 @@ fn parent_text(p: Option<EntityId>) -> String {
 }
 
 fn describe(e: &Entity) -> String {
-    format!("{} {:?} v{} under {}", e.kind, e.name, e.version, parent_text(e.parent))
+    format!("{} {:?} v{} under {}", e.kind, e.name(), e.version, parent_text(e.parent))
 }
 
 impl fmt::Display for EntityDiff {
@@ -86,9 +86,9 @@ impl fmt::Display for EntityDiff {
                         }
                         "kind" => format!("kind {} vs {}", left.kind, right.kind),
                         "version" => format!("version {} vs {}", left.version, right.version),
-                        "name" => format!("name {:?} vs {:?}", left.name, right.name),
+                        "name" => format!("name {:?} vs {:?}", left.name(), right.name()),
                         "props" => {
-                            format!("props differ ({} vs {} bytes)", left.props.len(), right.props.len())
+                            format!("props differ ({} vs {} bytes)", left.props().len(), right.props().len())
                         }
                         other => other.to_string(),
                     });

@@ -1,6 +1,6 @@
 //! Entities, their kinds and their canonical byte form (documented in the crate root).
 
-use crate::wire::{put_len_bytes, Reader};
+use crate::wire::Reader;
 use std::fmt;
 
 /// A stable entity id: the LSN of the entry that created the entity. Ids are never reused
@@ -81,7 +81,11 @@ impl fmt::Display for EntityKind {
 }
 
 /// One entity of the catalog.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The name and the properties share one heap allocation (the name's bytes, then the
+/// properties'): a replay builds millions of entities, and each allocation is paid again when
+/// the state is dropped.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Entity {
     pub id: EntityId,
     /// The parent's id; `None` for a metalake (the root).
@@ -89,21 +93,68 @@ pub struct Entity {
     pub kind: EntityKind,
     /// 1 at creation; every rename and update adds one.
     pub version: u64,
-    pub name: String,
-    /// Opaque properties (the catalog never interprets them).
-    pub props: Vec<u8>,
+    /// Bytes of `text` that are the name.
+    name_len: u32,
+    /// The name (UTF-8), then the opaque properties (the catalog never interprets them).
+    text: Box<[u8]>,
+}
+
+impl fmt::Debug for Entity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entity")
+            .field("id", &self.id)
+            .field("parent", &self.parent)
+            .field("kind", &self.kind)
+            .field("version", &self.version)
+            .field("name", &self.name())
+            .field("props", &self.props())
+            .finish()
+    }
 }
 
 impl Entity {
+    /// An entity with these fields. The caller checks the name (see [`crate::check_name`]);
+    /// a name or properties longer than `u32::MAX` bytes cannot be represented and panics.
+    pub fn new(
+        id: EntityId,
+        parent: Option<EntityId>,
+        kind: EntityKind,
+        version: u64,
+        name: &str,
+        props: &[u8],
+    ) -> Entity {
+        let name_len = u32::try_from(name.len()).expect("a name shorter than 4 GiB");
+        let mut text = Vec::with_capacity(name.len() + props.len());
+        text.extend_from_slice(name.as_bytes());
+        text.extend_from_slice(props);
+        Entity { id, parent, kind, version, name_len, text: text.into_boxed_slice() }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        // Only `new` and `set_name` write the name, both from a `&str`.
+        std::str::from_utf8(&self.text[..self.name_len as usize]).unwrap_or_default()
+    }
+
+    /// The properties.
+    pub fn props(&self) -> &[u8] {
+        &self.text[self.name_len as usize..]
+    }
+
+    /// Replaces the name, keeping the properties.
+    pub fn set_name(&mut self, name: &str) {
+        *self = Entity::new(self.id, self.parent, self.kind, self.version, name, self.props());
+    }
+
+    /// Replaces the properties, keeping the name.
+    pub fn set_props(&mut self, props: &[u8]) {
+        *self = Entity::new(self.id, self.parent, self.kind, self.version, self.name(), props);
+    }
+
     /// Appends the canonical form (crate docs): the bytes the digest hashes and the export
     /// stores.
     pub fn write_canonical(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.id.0.to_le_bytes());
-        out.extend_from_slice(&self.parent.map_or(0, |p| p.0).to_le_bytes());
-        out.push(self.kind.code());
-        out.extend_from_slice(&self.version.to_le_bytes());
-        put_len_bytes(out, self.name.as_bytes());
-        put_len_bytes(out, &self.props);
+        self.with_canonical_parts(|parts| parts.iter().for_each(|p| out.extend_from_slice(p)));
     }
 
     /// Runs `f` with the canonical form as consecutive parts (no allocation): the digest
@@ -114,14 +165,15 @@ impl Entity {
         head[8..16].copy_from_slice(&self.parent.map_or(0, |p| p.0).to_le_bytes());
         head[16] = self.kind.code();
         head[17..25].copy_from_slice(&self.version.to_le_bytes());
-        head[25..29].copy_from_slice(&(self.name.len() as u32).to_le_bytes());
-        head[29..33].copy_from_slice(&(self.props.len() as u32).to_le_bytes());
-        f(&[&head[..29], self.name.as_bytes(), &head[29..33], &self.props])
+        head[25..29].copy_from_slice(&self.name_len.to_le_bytes());
+        let props = self.props();
+        head[29..33].copy_from_slice(&(props.len() as u32).to_le_bytes());
+        f(&[&head[..29], &self.text[..self.name_len as usize], &head[29..33], props])
     }
 
     /// The canonical form as a new buffer.
     pub fn canonical(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(CANONICAL_FIXED_LEN + self.name.len() + self.props.len());
+        let mut v = Vec::with_capacity(CANONICAL_FIXED_LEN + self.text.len());
         self.write_canonical(&mut v);
         v
     }
@@ -146,7 +198,7 @@ impl Entity {
             return Err(format!("entity {id} has version 0"));
         }
         let parent = (parent != 0).then_some(EntityId(parent));
-        Ok(Entity { id: EntityId(id), parent, kind, version, name, props })
+        Ok(Entity::new(EntityId(id), parent, kind, version, name, props))
     }
 }
 

@@ -1,9 +1,11 @@
 //! The catalog state, its apply function and its export/import.
 
-use crate::command::{Command, Op, Receipt, Refusal};
+use crate::command::{CommandRef, Op, Receipt, Refusal};
 use crate::entity::{Entity, EntityId};
 use crate::wire::Reader;
-use std::collections::{BTreeMap, HashMap};
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
 use wal::state::{Committed, Outcome, SetDigest, StateMachine};
 
 /// The first bytes of an export.
@@ -19,18 +21,61 @@ const ROOT: u64 = 0;
 /// The hierarchical entity catalog.
 ///
 /// The entities are ordered (`BTreeMap` by id), and so is everything that reaches the state,
-/// the digest or the export. The name index is derived from the entities and holds a map only
-/// for parents that have children, so two catalogs with the same entities are equal field by
-/// field. Its per-parent maps are hash maps (randomly seeded, so names cannot be chosen to
-/// collide): they are only looked up, never iterated where order could matter, and
-/// [`Catalog::children`] sorts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// the digest or the export. The name index is derived from the entities and holds a table only
+/// for parents that have children; it stores each child's id and name hash, never a second copy
+/// of the name (a replay builds millions of entities: each copy would be one more allocation
+/// to make and to free). Names are hashed with a randomly seeded hasher, so they cannot be
+/// chosen to collide, and the tables are only looked up, never iterated where order could
+/// matter: [`Catalog::children`] sorts. Two catalogs with the same entities are equal
+/// (`PartialEq` compares the index by content, not by hash values).
+#[derive(Clone, Debug, Default)]
 pub struct Catalog {
     entities: BTreeMap<u64, Entity>,
-    /// parent id (0 = the root) → child name → child id.
-    names: BTreeMap<u64, HashMap<Box<str>, u64>>,
+    /// parent id (0 = the root) → its children.
+    names: HashMap<u64, Children>,
     digest: SetDigest,
+    hasher: DefaultHashBuilder,
 }
+
+/// One parent's children as `(name hash, id)`; a lookup compares the entity's own name.
+#[derive(Clone, Debug, Default)]
+struct Children(HashTable<(u64, u64)>);
+
+impl Children {
+    fn find(&self, entities: &BTreeMap<u64, Entity>, hash: u64, name: &str) -> Option<u64> {
+        let hit = |&(h, id): &(u64, u64)| h == hash && entities.get(&id).is_some_and(|e| e.name() == name);
+        self.0.find(hash, hit).map(|&(_, id)| id)
+    }
+
+    fn insert(&mut self, hash: u64, id: u64) {
+        self.0.insert_unique(hash, (hash, id), |&(h, _)| h);
+    }
+
+    fn remove(&mut self, hash: u64, id: u64) {
+        if let Ok(entry) = self.0.find_entry(hash, |&(h, i)| h == hash && i == id) {
+            entry.remove();
+        }
+    }
+
+    fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(|&(_, id)| id)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl PartialEq for Catalog {
+    fn eq(&self, other: &Catalog) -> bool {
+        self.entities == other.entities
+            && self.digest == other.digest
+            && self.index_is_within(other)
+            && other.index_is_within(self)
+    }
+}
+
+impl Eq for Catalog {}
 
 fn parent_key(parent: Option<EntityId>) -> u64 {
     parent.map_or(ROOT, |p| p.0)
@@ -49,25 +94,65 @@ impl Catalog {
 
     /// The child of `parent` (`None`: the root) called `name`.
     pub fn lookup(&self, parent: Option<EntityId>, name: &str) -> Option<&Entity> {
-        let id = self.names.get(&parent_key(parent))?.get(name)?;
-        self.entities.get(id)
+        let id = self.child_named(parent_key(parent), name)?;
+        self.entities.get(&id)
+    }
+
+    fn child_named(&self, parent: u64, name: &str) -> Option<u64> {
+        self.names.get(&parent)?.find(&self.entities, self.hasher.hash_one(name), name)
     }
 
     /// The children of `parent` (`None`: the metalakes), in name order.
     pub fn children(&self, parent: Option<EntityId>) -> impl Iterator<Item = &Entity> + '_ {
-        let mut v: Vec<(&str, u64)> = self
+        let mut v: Vec<&Entity> = self
             .names
             .get(&parent_key(parent))
             .into_iter()
-            .flat_map(|m| m.iter().map(|(n, &id)| (&**n, id)))
+            .flat_map(|c| c.ids())
+            .filter_map(|id| self.entities.get(&id))
             .collect();
-        v.sort_unstable();
-        v.into_iter().filter_map(|(_, id)| self.entities.get(&id))
+        v.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        v.into_iter()
+    }
+
+    /// Every entry of this catalog's name index names an entity of this catalog under that
+    /// parent, with the hash of its name, and `other`'s index holds the same entry.
+    fn index_is_within(&self, other: &Catalog) -> bool {
+        self.names.len() == other.names.len()
+            && self.names.iter().all(|(&parent, children)| {
+                let Some(theirs) = other.names.get(&parent) else { return false };
+                theirs.len() == children.len()
+                    && children.0.iter().all(|&(hash, id)| {
+                        self.entities.get(&id).is_some_and(|e| {
+                            parent_key(e.parent) == parent
+                                && self.hasher.hash_one(e.name()) == hash
+                                && theirs.find(&other.entities, other.hasher.hash_one(e.name()), e.name())
+                                    == Some(id)
+                        })
+                    })
+            })
+    }
+
+    /// Adds `e` to its parent's name index.
+    fn index_insert(&mut self, e: &Entity) {
+        let hash = self.hasher.hash_one(e.name());
+        self.names.entry(parent_key(e.parent)).or_default().insert(hash, e.id.0);
+    }
+
+    /// Removes `id` (its name hashing to `hash`) from the name index of `key`, and that
+    /// parent's table when it empties.
+    fn index_remove(&mut self, key: u64, hash: u64, id: u64) {
+        if let Some(children) = self.names.get_mut(&key) {
+            children.remove(hash, id);
+            if children.len() == 0 {
+                self.names.remove(&key);
+            }
+        }
     }
 
     /// How many children `parent` has (O(1)).
     pub fn child_count(&self, parent: Option<EntityId>) -> usize {
-        self.names.get(&parent_key(parent)).map_or(0, |m| m.len())
+        self.names.get(&parent_key(parent)).map_or(0, Children::len)
     }
 
     /// Every entity, in id order.
@@ -142,9 +227,9 @@ impl Catalog {
 
     /// The one place state changes: checks everything first, then mutates, so a refusal
     /// leaves the catalog as it was.
-    fn execute(&mut self, lsn: u64, cmd: Command) -> Result<Receipt, Refusal> {
+    fn execute(&mut self, lsn: u64, cmd: CommandRef<'_>) -> Result<Receipt, Refusal> {
         match cmd {
-            Command::Create { parent, kind, name, props } => {
+            CommandRef::Create { parent, kind, name, props } => {
                 if lsn == 0 || self.entities.contains_key(&lsn) {
                     return Err(Refusal::IdUnavailable { lsn });
                 }
@@ -155,49 +240,54 @@ impl Catalog {
                 if parent_kind != kind.parent_kind() {
                     return Err(Refusal::WrongParentKind { kind, parent, parent_kind });
                 }
-                let key = parent_key(parent);
-                if let Some(&existing) = self.names.get(&key).and_then(|m| m.get(name.as_str())) {
-                    return Err(Refusal::NameExists { parent, name, existing: EntityId(existing) });
+                if let Some(existing) = self.child_named(parent_key(parent), name) {
+                    return Err(Refusal::NameExists {
+                        parent,
+                        name: name.into(),
+                        existing: EntityId(existing),
+                    });
                 }
-                let e = Entity { id: EntityId(lsn), parent, kind, version: 1, name, props };
+                let e = Entity::new(EntityId(lsn), parent, kind, 1, name, props);
                 self.digest_insert(&e);
-                self.names.entry(key).or_default().insert(e.name.as_str().into(), lsn);
+                self.index_insert(&e);
                 self.entities.insert(lsn, e);
                 Ok(Receipt { op: Op::Create, id: EntityId(lsn), version: 1, removed: 0 })
             }
-            Command::Rename { id, expected_version, new_name } => {
-                let e = self.entities.get_mut(&id.0).ok_or(Refusal::NoSuchEntity { id })?;
+            CommandRef::Rename { id, expected_version, new_name } => {
+                let e = self.entities.get(&id.0).ok_or(Refusal::NoSuchEntity { id })?;
                 let next = next_version(e, expected_version)?;
-                let key = parent_key(e.parent);
-                let siblings = self.names.entry(key).or_default();
-                match siblings.get(new_name.as_str()) {
-                    Some(&other) if other != id.0 => {
+                match self.child_named(parent_key(e.parent), new_name) {
+                    Some(other) if other != id.0 => {
                         return Err(Refusal::NameExists {
                             parent: e.parent,
-                            name: new_name,
+                            name: new_name.into(),
                             existing: EntityId(other),
                         });
                     }
                     _ => {}
                 }
+                let key = parent_key(e.parent);
+                let (old_hash, new_hash) = (self.hasher.hash_one(e.name()), self.hasher.hash_one(new_name));
+                let e = self.entities.get_mut(&id.0).ok_or(Refusal::NoSuchEntity { id })?;
                 e.with_canonical_parts(|p| self.digest.remove_parts(p));
-                siblings.remove(e.name.as_str());
-                siblings.insert(new_name.as_str().into(), id.0);
-                e.name = new_name;
+                e.set_name(new_name);
                 e.version = next;
                 e.with_canonical_parts(|p| self.digest.insert_parts(p));
+                let siblings = self.names.entry(key).or_default();
+                siblings.remove(old_hash, id.0);
+                siblings.insert(new_hash, id.0);
                 Ok(Receipt { op: Op::Rename, id, version: next, removed: 0 })
             }
-            Command::Update { id, expected_version, props } => {
+            CommandRef::Update { id, expected_version, props } => {
                 let e = self.entities.get_mut(&id.0).ok_or(Refusal::NoSuchEntity { id })?;
                 let next = next_version(e, expected_version)?;
                 e.with_canonical_parts(|p| self.digest.remove_parts(p));
-                e.props = props;
+                e.set_props(props);
                 e.version = next;
                 e.with_canonical_parts(|p| self.digest.insert_parts(p));
                 Ok(Receipt { op: Op::Update, id, version: next, removed: 0 })
             }
-            Command::Drop { id, expected_version, cascade } => {
+            CommandRef::Drop { id, expected_version, cascade } => {
                 let e = self.entities.get(&id.0).ok_or(Refusal::NoSuchEntity { id })?;
                 if let Some(expected) = expected_version {
                     if expected != e.version {
@@ -208,27 +298,21 @@ impl Catalog {
                 if children > 0 && !cascade {
                     return Err(Refusal::HasChildren { id, children: children as u64 });
                 }
-                let (version, parent, name) = (e.version, e.parent, e.name.clone());
-                // The subtree, breadth first: each entity's own name map lists its children.
+                let (version, key, hash) = (e.version, parent_key(e.parent), self.hasher.hash_one(e.name()));
+                // The subtree, breadth first: each entity's own table lists its children.
                 let mut doomed = vec![id.0];
                 let mut i = 0;
                 while let Some(&d) = doomed.get(i) {
-                    if let Some(m) = self.names.get(&d) {
-                        doomed.extend(m.values().copied());
+                    if let Some(c) = self.names.get(&d) {
+                        doomed.extend(c.ids());
                     }
                     i += 1;
                 }
+                self.index_remove(key, hash, id.0);
                 for d in &doomed {
                     self.names.remove(d);
                     if let Some(gone) = self.entities.remove(d) {
                         self.digest_remove(&gone);
-                    }
-                }
-                let key = parent_key(parent);
-                if let Some(m) = self.names.get_mut(&key) {
-                    m.remove(name.as_str());
-                    if m.is_empty() {
-                        self.names.remove(&key);
                     }
                 }
                 Ok(Receipt { op: Op::Drop, id, version, removed: doomed.len() as u64 })
@@ -277,14 +361,14 @@ impl Catalog {
                     Refusal::WrongParentKind { kind: e.kind, parent: e.parent, parent_kind }
                 ));
             }
-            let siblings = c.names.entry(parent_key(e.parent)).or_default();
-            if let Some(&other) = siblings.get(e.name.as_str()) {
+            if let Some(other) = c.child_named(parent_key(e.parent), e.name()) {
                 return Err(format!(
                     "entities {other} and {} have the same name {:?} under one parent",
-                    e.id, e.name
+                    e.id,
+                    e.name()
                 ));
             }
-            siblings.insert(e.name.as_str().into(), e.id.0);
+            c.index_insert(&e);
             c.digest_insert(&e);
             c.entities.insert(e.id.0, e);
         }
@@ -305,7 +389,7 @@ impl StateMachine for Catalog {
     const VERSION: u32 = 1;
 
     fn apply(&mut self, entry: &Committed<'_>) -> Outcome {
-        let cmd = match Command::decode(entry.body) {
+        let cmd = match CommandRef::decode(entry.body) {
             Ok(c) => c,
             Err(e) => return Outcome::Refused(Refusal::Undecodable(e).to_string()),
         };
@@ -339,17 +423,18 @@ impl StateMachine for Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::Command;
     use crate::entity::EntityKind;
 
-    fn entity(id: u64, parent: u64, kind: EntityKind, version: u64, name: &str, props: &[u8]) -> Entity {
-        Entity {
-            id: EntityId(id),
-            parent: (parent != 0).then_some(EntityId(parent)),
-            kind,
-            version,
-            name: name.into(),
-            props: props.to_vec(),
+    impl Catalog {
+        fn run(&mut self, lsn: u64, cmd: Command) -> Result<Receipt, Refusal> {
+            let bytes = cmd.encode();
+            self.execute(lsn, CommandRef::decode(&bytes).unwrap())
         }
+    }
+
+    fn entity(id: u64, parent: u64, kind: EntityKind, version: u64, name: &str, props: &[u8]) -> Entity {
+        Entity::new(EntityId(id), (parent != 0).then_some(EntityId(parent)), kind, version, name, props)
     }
 
     /// Pins the canonical form and the export layout documented in the crate root, written
@@ -370,7 +455,7 @@ mod tests {
         assert_eq!(&root.canonical()[8..16], &[0; 8], "the root parent is 0");
 
         let mut c = Catalog::new();
-        c.execute(
+        c.run(
             1,
             Command::Create { parent: None, kind: EntityKind::Metalake, name: "m".into(), props: vec![] },
         )
@@ -438,7 +523,7 @@ mod tests {
         v[1].parent = None;
         refused(&v, "wrong parent kind");
         let mut v = good.to_vec();
-        v[4].name = "t".into();
+        v[4].set_name("t");
         refused(&v, "the same name");
         let mut v = good.to_vec();
         v[2].version = 0;
@@ -447,7 +532,7 @@ mod tests {
         v[0].id = EntityId(0);
         refused(&v, "id 0");
         let mut v = good.to_vec();
-        v[1].name = String::new();
+        v[1].set_name("");
         refused(&v, "empty name");
 
         let x = export_of(&good);
@@ -475,9 +560,9 @@ mod tests {
         let mut c = Catalog::new();
         let create =
             |parent, kind, name: &str| Command::Create { parent, kind, name: name.into(), props: vec![] };
-        c.execute(1, create(None, EntityKind::Metalake, "m")).unwrap();
-        c.execute(2, create(Some(EntityId(1)), EntityKind::Catalog, "c")).unwrap();
-        c.execute(3, create(Some(EntityId(1)), EntityKind::Catalog, "d")).unwrap();
+        c.run(1, create(None, EntityKind::Metalake, "m")).unwrap();
+        c.run(2, create(Some(EntityId(1)), EntityKind::Catalog, "c")).unwrap();
+        c.run(3, create(Some(EntityId(1)), EntityKind::Catalog, "d")).unwrap();
         let before = c.clone();
         let bad = [
             (1, create(None, EntityKind::Metalake, "x")),
@@ -491,11 +576,11 @@ mod tests {
             (4, Command::Drop { id: EntityId(1), expected_version: Some(2), cascade: true }),
         ];
         for (lsn, cmd) in bad {
-            let why = c.execute(lsn, cmd.clone()).unwrap_err();
+            let why = c.run(lsn, cmd.clone()).unwrap_err();
             assert_eq!(c, before, "{cmd:?} refused with {why} but changed the state");
         }
         assert_eq!(
-            c.execute(1, create(None, EntityKind::Metalake, "x")).unwrap_err(),
+            c.run(1, create(None, EntityKind::Metalake, "x")).unwrap_err(),
             Refusal::IdUnavailable { lsn: 1 }
         );
     }

@@ -57,7 +57,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A name: u32 length, then that many bytes of UTF-8 obeying [`check_name`].
-    pub(crate) fn name(&mut self) -> Result<String, String> {
+    pub(crate) fn name(&mut self) -> Result<&'a str, String> {
         let at = self.at;
         let len = self.u32("name length")? as usize;
         if len > MAX_NAME_LEN {
@@ -66,17 +66,17 @@ impl<'a> Reader<'a> {
         let raw = self.take(len, "name")?;
         let name = std::str::from_utf8(raw).map_err(|e| format!("name at offset {at} is not UTF-8: {e}"))?;
         check_name(name).map_err(|e| format!("name at offset {at}: {e}"))?;
-        Ok(name.to_string())
+        Ok(name)
     }
 
     /// Properties: u32 length, then that many opaque bytes.
-    pub(crate) fn props(&mut self) -> Result<Vec<u8>, String> {
+    pub(crate) fn props(&mut self) -> Result<&'a [u8], String> {
         let at = self.at;
         let len = self.u32("properties length")? as usize;
         if len > MAX_PROPS_LEN {
             return Err(format!("properties length {len} at offset {at} exceeds {MAX_PROPS_LEN}"));
         }
-        Ok(self.take(len, "properties")?.to_vec())
+        self.take(len, "properties")
     }
 
     /// Requires that every byte was read.

@@ -139,7 +139,7 @@ impl Model {
     }
 
     fn sibling_named(&self, parent: Option<EntityId>, name: &str) -> Option<EntityId> {
-        self.ents.iter().find(|e| e.parent == parent && e.name == name).map(|e| e.id)
+        self.ents.iter().find(|e| e.parent == parent && e.name() == name).map(|e| e.id)
     }
 
     fn apply(&mut self, lsn: u64, body: &[u8]) -> Result<Receipt, Refusal> {
@@ -166,7 +166,7 @@ impl Model {
                 if let Some(existing) = self.sibling_named(parent, &name) {
                     return Err(Refusal::NameExists { parent, name, existing });
                 }
-                self.ents.push(Entity { id: EntityId(lsn), parent, kind, version: 1, name, props });
+                self.ents.push(Entity::new(EntityId(lsn), parent, kind, 1, &name, &props));
                 Ok(Receipt { op: Op::Create, id: EntityId(lsn), version: 1, removed: 0 })
             }
             Command::Rename { id, expected_version, new_name } => {
@@ -176,14 +176,14 @@ impl Model {
                 if let Some(existing) = self.sibling_named(parent, &new_name).filter(|&o| o != id) {
                     return Err(Refusal::NameExists { parent, name: new_name, existing });
                 }
-                self.ents[i].name = new_name;
+                self.ents[i].set_name(&new_name);
                 self.ents[i].version = v;
                 Ok(Receipt { op: Op::Rename, id, version: v, removed: 0 })
             }
             Command::Update { id, expected_version, props } => {
                 let i = self.find(id).ok_or(Refusal::NoSuchEntity { id })?;
                 let v = check(&self.ents[i], expected_version)?;
-                self.ents[i].props = props;
+                self.ents[i].set_props(&props);
                 self.ents[i].version = v;
                 Ok(Receipt { op: Op::Update, id, version: v, removed: 0 })
             }

@@ -27,7 +27,7 @@ fn ids_are_the_create_lsns_and_queries_see_the_tree() {
     let st = h.state();
     assert_eq!(st.len(), 4);
     assert_eq!(st.lookup(None, "lake").unwrap().id, m);
-    assert_eq!(st.lookup(Some(s), "t").unwrap().props, b"cols");
+    assert_eq!(st.lookup(Some(s), "t").unwrap().props(), b"cols");
     assert!(st.lookup(Some(c), "t").is_none(), "names are per parent");
     assert_eq!(st.children(Some(s)).map(|e| e.id).collect::<Vec<_>>(), vec![t]);
     assert_eq!(st.get(t).unwrap().parent, Some(s));
@@ -103,7 +103,7 @@ fn a_stale_version_is_refused_even_when_the_content_went_back_no_aba() {
     assert_eq!(h.update(t, 1, b"B").unwrap().version, 2);
     assert_eq!(h.update(t, 2, b"A").unwrap().version, 3);
     // The content is "A" again, as the client saw it, but the version moved on.
-    assert_eq!(h.state().get(t).unwrap().props, b"A");
+    assert_eq!(h.state().get(t).unwrap().props(), b"A");
     assert_eq!(
         h.update(t, 1, b"C"),
         Err(Refusal::StaleVersion { id: t, expected: 1, current: 3 }.to_string())
@@ -120,7 +120,7 @@ fn a_stale_version_is_refused_even_when_the_content_went_back_no_aba() {
     // A future version is as wrong as a past one.
     assert!(h.update(t, 6, b"D").is_err());
     let e = h.state().get(t).unwrap();
-    assert_eq!((e.version, e.name.as_str(), &e.props[..]), (5, "t", &b"A"[..]));
+    assert_eq!((e.version, e.name(), e.props()), (5, "t", &b"A"[..]));
     // Every accepted mutation advanced the version, and the current one is accepted.
     assert_eq!(h.drop_entity(t, Some(5), false).unwrap().version, 5);
 }
@@ -221,14 +221,7 @@ fn undecodable_bodies_are_refused_deterministically() {
 #[test]
 fn an_exhausted_version_counter_is_refused_not_wrapped() {
     // Only reachable through an import (no log holds 2^64 mutations of one entity).
-    let e = catalog::Entity {
-        id: EntityId(1),
-        parent: None,
-        kind: Metalake,
-        version: u64::MAX,
-        name: "m".into(),
-        props: vec![],
-    };
+    let e = catalog::Entity::new(EntityId(1), None, Metalake, u64::MAX, "m", &[]);
     let mut bytes = Catalog::new().export_bytes();
     bytes[16..24].copy_from_slice(&1u64.to_le_bytes());
     e.write_canonical(&mut bytes);
