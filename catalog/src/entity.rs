@@ -133,7 +133,12 @@ impl Entity {
     /// The name.
     pub fn name(&self) -> &str {
         // Only `new` and `set_name` write the name, both from a `&str`.
-        std::str::from_utf8(&self.text[..self.name_len as usize]).unwrap_or_default()
+        std::str::from_utf8(self.name_bytes()).unwrap_or_default()
+    }
+
+    /// The name's bytes.
+    pub(crate) fn name_bytes(&self) -> &[u8] {
+        &self.text[..self.name_len as usize]
     }
 
     /// The properties.
@@ -168,7 +173,7 @@ impl Entity {
         head[25..29].copy_from_slice(&self.name_len.to_le_bytes());
         let props = self.props();
         head[29..33].copy_from_slice(&(props.len() as u32).to_le_bytes());
-        f(&[&head[..29], &self.text[..self.name_len as usize], &head[29..33], props])
+        f(&[&head[..29], self.name_bytes(), &head[29..33], props])
     }
 
     /// The canonical form as a new buffer.

@@ -99,7 +99,7 @@ impl Catalog {
     }
 
     fn child_named(&self, parent: u64, name: &str) -> Option<u64> {
-        self.names.get(&parent)?.find(&self.entities, self.hasher.hash_one(name), name)
+        self.names.get(&parent)?.find(&self.entities, self.name_hash(name.as_bytes()), name)
     }
 
     /// The children of `parent` (`None`: the metalakes), in name order.
@@ -125,17 +125,23 @@ impl Catalog {
                     && children.0.iter().all(|&(hash, id)| {
                         self.entities.get(&id).is_some_and(|e| {
                             parent_key(e.parent) == parent
-                                && self.hasher.hash_one(e.name()) == hash
-                                && theirs.find(&other.entities, other.hasher.hash_one(e.name()), e.name())
+                                && self.name_hash(e.name_bytes()) == hash
+                                && theirs.find(&other.entities, other.name_hash(e.name_bytes()), e.name())
                                     == Some(id)
                         })
                     })
             })
     }
 
+    /// The index hash of a name (of its bytes: the entity's name needs no UTF-8 check to be
+    /// hashed).
+    fn name_hash(&self, name: &[u8]) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
     /// Adds `e` to its parent's name index.
     fn index_insert(&mut self, e: &Entity) {
-        let hash = self.hasher.hash_one(e.name());
+        let hash = self.name_hash(e.name_bytes());
         self.names.entry(parent_key(e.parent)).or_default().insert(hash, e.id.0);
     }
 
@@ -267,7 +273,8 @@ impl Catalog {
                     _ => {}
                 }
                 let key = parent_key(e.parent);
-                let (old_hash, new_hash) = (self.hasher.hash_one(e.name()), self.hasher.hash_one(new_name));
+                let (old_hash, new_hash) =
+                    (self.name_hash(e.name_bytes()), self.name_hash(new_name.as_bytes()));
                 let e = self.entities.get_mut(&id.0).ok_or(Refusal::NoSuchEntity { id })?;
                 e.with_canonical_parts(|p| self.digest.remove_parts(p));
                 e.set_name(new_name);
@@ -298,7 +305,7 @@ impl Catalog {
                 if children > 0 && !cascade {
                     return Err(Refusal::HasChildren { id, children: children as u64 });
                 }
-                let (version, key, hash) = (e.version, parent_key(e.parent), self.hasher.hash_one(e.name()));
+                let (version, key, hash) = (e.version, parent_key(e.parent), self.name_hash(e.name_bytes()));
                 // The subtree, breadth first: each entity's own table lists its children.
                 let mut doomed = vec![id.0];
                 let mut i = 0;

@@ -98,7 +98,14 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if name.len() > MAX_NAME_LEN {
         return Err(format!("a name of {} bytes (at most {MAX_NAME_LEN})", name.len()));
     }
-    if name.chars().any(char::is_control) {
+    // ASCII names (the common case) are checked byte by byte; others char by char, for the
+    // C1 controls.
+    let control = if name.is_ascii() {
+        name.bytes().any(|b| b.is_ascii_control())
+    } else {
+        name.chars().any(char::is_control)
+    };
+    if control {
         return Err(format!("a control character in the name {name:?}"));
     }
     Ok(())

@@ -13,14 +13,19 @@ use wal::storage::{Completion, FileId, LockGuard, Mapping, Storage, Submission};
 /// walked, large enough that the read calls cost little.
 pub const SCAN_WINDOW: usize = 1 << 20;
 
+/// The next file handle, and the open files with the name each was opened by.
+type OpenFiles = (FileId, HashMap<FileId, (File, String)>);
+
 #[derive(Debug)]
 pub struct ReadOnlyDir {
     dir: PathBuf,
-    files: Mutex<(FileId, HashMap<FileId, File>)>,
-    /// The last segment buffer, refilled in place for the next segment once its reader has let
-    /// go of it: a scan then allocates (and page-faults) one segment's worth of memory, not one
-    /// per segment.
-    spare: Mutex<Option<Arc<[u8]>>>,
+    files: Mutex<OpenFiles>,
+    /// The last whole file read, by name. Reading that file again gives these same bytes (an
+    /// open walks the last segment and the replay that follows reads it again: once is enough,
+    /// and both then see one version of a file a live writer may be appending to). Reading
+    /// another file refills the buffer in place once its reader has let go of it: a scan then
+    /// allocates (and page-faults) one segment's worth of memory, not one per segment.
+    spare: Mutex<Option<(String, Arc<[u8]>)>>,
 }
 
 fn read_only() -> io::Error {
@@ -36,15 +41,19 @@ impl ReadOnlyDir {
         }
     }
 
-    fn files(&self) -> MutexGuard<'_, (FileId, HashMap<FileId, File>)> {
+    fn files(&self) -> MutexGuard<'_, OpenFiles> {
         self.files.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn with<R>(&self, id: FileId, f: impl FnOnce(&File) -> io::Result<R>) -> io::Result<R> {
+    fn with<R>(&self, id: FileId, f: impl FnOnce(&File, &str) -> io::Result<R>) -> io::Result<R> {
         let files = self.files();
-        let file =
+        let (file, name) =
             files.1.get(&id).ok_or_else(|| io::Error::other(format!("file handle {id} is not open")))?;
-        f(file)
+        f(file, name)
+    }
+
+    fn name_of(&self, id: FileId) -> io::Result<String> {
+        self.with(id, |_, name| Ok(name.to_string()))
     }
 
     /// Whether a writer holds the directory lock right now (a live log).
@@ -74,7 +83,7 @@ impl Storage for ReadOnlyDir {
         let mut files = self.files();
         let id = files.0;
         files.0 += 1;
-        files.1.insert(id, f);
+        files.1.insert(id, (f, name.to_string()));
         Ok(id)
     }
 
@@ -91,11 +100,11 @@ impl Storage for ReadOnlyDir {
     }
 
     fn len(&self, file: FileId) -> io::Result<u64> {
-        self.with(file, |f| Ok(f.metadata()?.len()))
+        self.with(file, |f, _| Ok(f.metadata()?.len()))
     }
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.with(file, |f| wal::storage::pread_full(f, offset, buf))
+        self.with(file, |f, _| wal::storage::pread_full(f, offset, buf))
     }
 
     /// Reads the whole file with pread: memory is one segment, never the log. A full scan reads
@@ -103,9 +112,14 @@ impl Storage for ReadOnlyDir {
     /// segment's classification, the whole-file checks of an unusual file).
     fn map(&self, file: FileId) -> io::Result<Mapping> {
         let len = self.len(file)? as usize;
+        let name = self.name_of(file)?;
         let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
         let mut buf = match spare.take() {
-            Some(b) if b.len() == len => b,
+            Some((n, b)) if n == name && b.len() == len => {
+                *spare = Some((n, b.clone()));
+                return Ok(Mapping::Bytes(b));
+            }
+            Some((_, b)) if b.len() == len => b,
             _ => Arc::from(vec![0u8; len]),
         };
         if Arc::get_mut(&mut buf).is_none() {
@@ -118,7 +132,7 @@ impl Storage for ReadOnlyDir {
             // The file shrank while we read it: hand out exactly what was read.
             return Ok(Mapping::Bytes(Arc::from(bytes.get(..n).unwrap_or_default())));
         }
-        *spare = Some(buf.clone());
+        *spare = Some((name, buf.clone()));
         Ok(Mapping::Bytes(buf))
     }
 
