@@ -29,7 +29,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use verifier::compare::compare_replicas;
 use verifier::report::{describe, EXIT_IO_ERROR};
-use verifier::state::{check_state, StateMachineSpec, StateOptions};
+use verifier::state::{verify_with_state, StateMachineSpec, StateOptions};
 use verifier::{Progress, VerifyOptions};
 use wal::format::{segment_file_name, Kind, META_FILE_NAME};
 use wal::state::StateMachine;
@@ -246,11 +246,8 @@ fn verify<S: StateMachine>(
     st: &StateOptions,
     spec: &StateMachineSpec<S>,
 ) -> i32 {
-    let mut report = verifier::verify(dir, &VerifyOptions { quick }, &mut progress(!json));
+    let report = verify_with_state(dir, quick, st, spec, &mut progress(!json));
     end_progress(!json);
-    if !quick && report.io_error.is_none() {
-        report.state = Some(check_state(dir, report.crc, st, spec));
-    }
     if json {
         out.line(&report.to_json().to_string());
     } else {

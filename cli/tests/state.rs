@@ -168,3 +168,81 @@ fn replicas_with_the_same_entries_agree_and_a_changed_one_does_not() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(j["reason"].as_str().unwrap().contains("LSN 15"), "{j}");
 }
+
+/// `walcheck verify` replays from the CRC scan's own walk when that gives the same report as a
+/// separate replay; this compares the two on every committed fixture and on logs that must
+/// fall back (a cut, a dedupe window changed under applied entries, a torn tail), and checks
+/// which path each took, so a one-pass path that silently never runs would fail here.
+#[test]
+fn one_pass_and_a_separate_replay_give_the_same_state_report() {
+    use verifier::state::{check_state, verify_with_state, StateOptions};
+    let spec = walcheck::catalog_spec();
+    let opts = StateOptions::default();
+    // Whether the one-pass report was used, and whether the log allows it by its statistics
+    // (undamaged, nothing cut or purged, something to replay).
+    let compare = |dir: &Path| -> (bool, bool) {
+        let one = verify_with_state(dir, false, &opts, &spec, &mut |_| {});
+        let two = verifier::verify(dir, &verifier::VerifyOptions::default(), &mut |_| {});
+        assert_eq!(one.crc, two.crc, "{}", dir.display());
+        let st = &two.stats;
+        let allows = two.crc == wal::CrcVerdict::Ok
+            && st.truncations + st.resets == 0
+            && st.floor_segment.is_none_or(|f| f <= 1)
+            && st.entries + st.checkpoints > 0;
+        let Some(one) = one.state else {
+            assert!(two.io_error.is_some(), "{}: no state report", dir.display());
+            return (false, allows);
+        };
+        let two = check_state(dir, two.crc, &opts, &spec);
+        let strip = |mut v: serde_json::Value| {
+            v.as_object_mut().unwrap().remove("single_pass");
+            v
+        };
+        assert_eq!(strip(one.to_json()), strip(two.to_json()), "{}", dir.display());
+        assert!(!two.single_pass);
+        (one.single_pass, allows)
+    };
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/logs");
+    let (mut checked, mut one_pass) = (0, 0);
+    for e in std::fs::read_dir(&fixtures).unwrap() {
+        let dir = e.unwrap().path();
+        // Replica fixtures hold one log per node.
+        let logs: Vec<_> = if dir.join("wal.meta").exists() {
+            vec![dir.clone()]
+        } else {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.join("wal.meta").exists())
+                .collect()
+        };
+        for log in logs {
+            let (single, allows) = compare(&log);
+            assert_eq!(single, allows, "{}: one pass {single}, allowed {allows}", log.display());
+            checked += 1;
+            one_pass += usize::from(single);
+        }
+    }
+    assert!(checked >= 17 && one_pass >= 3, "{checked} logs, {one_pass} in one pass");
+
+    // A cut: the truncated entries are in the scan's walk but not in the replay.
+    let d = tempfile::tempdir().unwrap();
+    write_log(d.path(), 20, None);
+    let (mut log, _) = Wal::open(d.path(), Options::default()).unwrap();
+    log.truncate_after(Epoch(0), Lsn(12)).unwrap();
+    log.close().unwrap();
+    assert_eq!(compare(d.path()), (false, false), "a log with a cut is replayed separately");
+
+    // The dedupe window changed after entries were applied under the old one.
+    let d = tempfile::tempdir().unwrap();
+    write_log(d.path(), 12, None);
+    let (mut log, _) = Wal::open(d.path(), Options::default()).unwrap();
+    log.set_meta(wal::state::DEDUPE_WINDOW_META_KEY, &5u64.to_le_bytes()).unwrap();
+    log.close().unwrap();
+    assert!(!compare(d.path()).0, "a changed window is replayed separately");
+
+    // A plain pipeline log is one pass.
+    let d = tempfile::tempdir().unwrap();
+    write_log(d.path(), 30, None);
+    assert_eq!(compare(d.path()), (true, true));
+}

@@ -44,6 +44,17 @@ pub struct Progress {
 
 /// Verifies the log in `dir`. Never fails: unreadable logs are IO_ERROR in the report.
 pub fn verify(dir: &Path, opts: &VerifyOptions, progress: &mut dyn FnMut(Progress)) -> Report {
+    verify_visiting(dir, opts, progress, &mut |_| {})
+}
+
+/// [`verify`], also handing `also` every valid record the scan walks, in log order (a record
+/// of a damaged tail may be handed over before the damage after it is found).
+pub fn verify_visiting(
+    dir: &Path,
+    opts: &VerifyOptions,
+    progress: &mut dyn FnMut(Progress),
+    also: &mut dyn FnMut(&wal::scan::Rec<'_>),
+) -> Report {
     let storage = ReadOnlyDir::new(dir);
     let mut report = Report::new(dir, opts.quick);
     report.live = storage.writer_holds_lock();
@@ -51,6 +62,7 @@ pub fn verify(dir: &Path, opts: &VerifyOptions, progress: &mut dyn FnMut(Progres
     let mut last_segment = 0;
     let mut visit = |segment: u64, r: &wal::scan::Rec<'_>| {
         stats.count(r);
+        also(r);
         if segment != last_segment {
             last_segment = segment;
             progress(Progress { segment, records: stats.records });

@@ -149,6 +149,21 @@ pub struct Checkpoint {
     pub state_machine_version: u32,
 }
 
+impl Checkpoint {
+    /// The checkpoint a `Checkpoint` record's payload holds (FORMAT.md), or `None` if the
+    /// payload is not one.
+    pub fn from_record_payload(payload: &[u8]) -> Option<Checkpoint> {
+        use zerocopy::FromBytes;
+        let p = crate::format::CheckpointPayload::read_from_bytes(payload).ok()?;
+        Some(Checkpoint {
+            digest: p.digest,
+            entity_count: p.entity_count.get(),
+            digest_version: p.digest_version.get(),
+            state_machine_version: p.state_machine_version.get(),
+        })
+    }
+}
+
 /// What a purge removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PurgeReport {

@@ -11,8 +11,7 @@
 
 use crate::error::{CrcVerdict, Damage, Error, Result};
 use crate::format::{
-    CheckpointPayload, IndexPoint, Kind, SegmentHeader, FLAG_GROUP_CONT, RECORD_HEADER_LEN,
-    SEGMENT_HEADER_LEN,
+    IndexPoint, Kind, SegmentHeader, FLAG_GROUP_CONT, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::log::Checkpoint;
 use crate::recovery::{map_segment, SegmentInfo};
@@ -20,7 +19,6 @@ use crate::scan::{RawDamage, Step, Walker};
 use crate::storage::{Mapping, Storage};
 use crate::{Epoch, Lsn};
 use std::sync::Arc;
-use zerocopy::FromBytes;
 
 /// How far a replay reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,15 +255,7 @@ impl Replay {
         let start = offset as usize + RECORD_HEADER_LEN;
         let payload = cur.map.get(start..start + len).unwrap_or_default();
         let kind = match kind {
-            Kind::Checkpoint => {
-                let p = CheckpointPayload::read_from_bytes(payload).ok()?;
-                ItemKind::Checkpoint(Checkpoint {
-                    digest: p.digest,
-                    entity_count: p.entity_count.get(),
-                    digest_version: p.digest_version.get(),
-                    state_machine_version: p.state_machine_version.get(),
-                })
-            }
+            Kind::Checkpoint => ItemKind::Checkpoint(Checkpoint::from_record_payload(payload)?),
             _ => ItemKind::Entry,
         };
         let payload = if kind == ItemKind::Entry { payload } else { &[] };

@@ -1177,7 +1177,8 @@ pub(crate) fn parse_footer(payload: &[u8], seq: u64, crc: u32) -> Result<FooterI
     Ok(FooterInfo { payload: p, index, seq, crc })
 }
 
-pub(crate) fn parse_meta(payload: &[u8]) -> Result<(u32, &[u8]), DamageKind> {
+/// A `Meta` record's payload: the key and the value (FORMAT.md).
+pub fn parse_meta(payload: &[u8]) -> Result<(u32, &[u8]), DamageKind> {
     let bad = DamageKind::BadState("malformed metadata");
     let key = payload.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).ok_or(bad.clone())?;
     let len = payload.get(4..8).and_then(|b| <[u8; 4]>::try_from(b).ok()).ok_or(bad.clone())?;
