@@ -56,6 +56,9 @@ pub enum DamageKind {
     MissingFooter,
     MissingPurgeFloor,
     BadMetaFile(&'static str),
+    /// `wal.close` names the clean close `wal.meta` records but does not hold the state the
+    /// walk found (only a full scan reads both).
+    BadCloseFile(&'static str),
     UnsupportedVersion(u32),
 }
 
@@ -101,6 +104,9 @@ impl fmt::Display for DamageKind {
             }
             DamageKind::MissingPurgeFloor => write!(f, "the purge floor segment is missing"),
             DamageKind::BadMetaFile(w) => write!(f, "bad wal.meta: {w}"),
+            DamageKind::BadCloseFile(w) => {
+                write!(f, "bad wal.close: {w} (the log's records are intact; without the file an open walks the last segment)")
+            }
             DamageKind::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
         }
     }

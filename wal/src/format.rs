@@ -359,6 +359,27 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 
 pub const META_FILE_NAME: &str = "wal.meta";
 pub const META_TMP_NAME: &str = "wal.meta.tmp";
+/// The logical state a clean close left (section 6.1).
+pub const CLOSE_FILE_NAME: &str = "wal.close";
+pub const CLOSE_TMP_NAME: &str = "wal.close.tmp";
+pub const CLOSE_MAGIC: [u8; 8] = *b"\x89WALCS\r\n";
+
+/// The fixed start of `wal.close`: which clean close it belongs to. A [`Kind::State`] payload
+/// follows, then a CRC-32C of everything before it.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, PartialEq, Eq)]
+#[repr(C)]
+pub struct CloseHeader {
+    pub magic: [u8; 8],
+    pub format_version: U32,
+    /// Bytes of the State payload that follows.
+    pub state_len: U32,
+    /// The segment the close sealed and its footer's `crc`: what `wal.meta` must also name.
+    pub closed_segment_seq: U64,
+    pub closed_footer_crc: U32,
+    pub reserved: U32,
+}
+pub const CLOSE_HEADER_LEN: usize = 32;
+const _: () = assert!(std::mem::size_of::<CloseHeader>() == CLOSE_HEADER_LEN);
 pub const LOCK_FILE_NAME: &str = "LOCK";
 
 /// True if every byte is zero (the hot path of zero checks; auto-vectorised).

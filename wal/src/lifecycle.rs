@@ -49,6 +49,73 @@ pub(crate) fn replace_meta(storage: &dyn Storage, meta: &MetaFile) -> std::io::R
     storage::complete(storage, 12, Op::SyncDir).map(|_| ())
 }
 
+/// Writes `wal.close` (FORMAT.md section 6.1): the logical state `l` at the clean close that
+/// sealed `segment` with a footer whose checksum is `footer_crc`. Written to a temporary name,
+/// synced and renamed; `wal.meta` naming the same close, replaced after this, is what makes it
+/// count, so a crash anywhere in between leaves a file that is ignored.
+pub(crate) fn write_close_state(
+    storage: &dyn Storage,
+    segment: u64,
+    footer_crc: u32,
+    l: &scan::Logical,
+) -> std::io::Result<()> {
+    let mut state = Vec::new();
+    scan::encode_state(l, &mut state);
+    let header = CloseHeader {
+        magic: CLOSE_MAGIC,
+        format_version: FORMAT_VERSION.into(),
+        state_len: (state.len() as u32).into(),
+        closed_segment_seq: segment.into(),
+        closed_footer_crc: footer_crc.into(),
+        reserved: 0.into(),
+    };
+    let mut data = header.as_bytes().to_vec();
+    data.extend_from_slice(&state);
+    data.extend_from_slice(&crc32c::crc32c(&data).to_le_bytes());
+    let _ = storage.remove(CLOSE_TMP_NAME);
+    let f = storage.open(CLOSE_TMP_NAME, true)?;
+    let r = storage::complete(storage, 13, Op::Write { file: f, offset: 0, data })
+        .and_then(|_| storage::complete(storage, 14, Op::SyncData { file: f }));
+    storage.close(f);
+    r?;
+    storage.rename(CLOSE_TMP_NAME, CLOSE_FILE_NAME)
+}
+
+/// The logical state recorded by the clean close of `segment` with footer checksum
+/// `footer_crc` (its epoch is the footer's), if `wal.close` holds exactly that: any other
+/// content (another close, a torn or foreign file, none) is `None`, and the caller walks the
+/// segment instead.
+pub(crate) fn read_close_state(
+    storage: &dyn Storage,
+    segment: u64,
+    footer_crc: u32,
+) -> Option<scan::Logical> {
+    use zerocopy::FromBytes;
+    let f = storage.open(CLOSE_FILE_NAME, false).ok()?;
+    // Sixteen keys of 256 bytes and their headers stay far below 64 KiB.
+    let len = storage.len(f).ok().filter(|&l| l <= 64 << 10);
+    let mut buf = vec![0u8; len.unwrap_or(0) as usize];
+    let n = storage.read_at(f, 0, &mut buf);
+    storage.close(f);
+    let data = buf.get(..n.ok().filter(|_| len.is_some())?)?;
+    let (body, crc) = data.split_at_checked(data.len().checked_sub(4)?)?;
+    if crc32c::crc32c(body).to_le_bytes() != crc {
+        return None;
+    }
+    let (head, state) = body.split_at_checked(CLOSE_HEADER_LEN)?;
+    let h = CloseHeader::read_from_bytes(head).ok()?;
+    let ok = h.magic == CLOSE_MAGIC
+        && h.format_version.get() == FORMAT_VERSION
+        && h.state_len.get() as usize == state.len()
+        && h.closed_segment_seq.get() == segment
+        && h.closed_footer_crc.get() == footer_crc
+        && h.reserved.get() == 0;
+    if !ok {
+        return None;
+    }
+    scan::parse_state(state).ok()
+}
+
 /// Syncs the directory and the newest segment files, so that recovery classifies only bytes
 /// that are durable. Older segments were synced (and sealed) before a newer one took records.
 pub(crate) fn sync_unsealed(storage: &dyn Storage) -> Result<()> {

@@ -1031,6 +1031,10 @@ impl Wal {
         if self.meta.closed_segment_seq.get() == seq {
             return Ok(());
         }
+        // The state at the close, so that the next open need not walk the segment for it.
+        let st = self.storage.clone();
+        crate::lifecycle::write_close_state(&*st, seq, crc, &self.logical)
+            .map_err(|e| self.fail_io("writing wal.close", e))?;
         let meta = self.meta.with_close(seq, crc);
         self.write_meta(&meta)?;
         self.meta = meta;

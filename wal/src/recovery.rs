@@ -536,7 +536,18 @@ pub fn scan_log_with(
             }
             Start::Segment(h) => h,
         };
-        if depth == Depth::Quick || (!full && later_data(i)) {
+        // The last segment a clean close sealed needs no walk either when `wal.close` holds the
+        // logical state at that close (the walk would only rebuild it).
+        let closed_state = || {
+            let (fh, _) = scan::read_footer_fast(&bytes, header.segment_len.get())?;
+            if seq != closed || fh.crc.get() != meta.closed_footer_crc.get() {
+                return None;
+            }
+            let l = crate::lifecycle::read_close_state(storage, seq, fh.crc.get())?;
+            (l.next_lsn == fh.lsn.get()).then_some(Logical { epoch: fh.epoch.get(), ..l })
+        };
+        let at_close = if depth == Depth::Fast && !later_data(i) { closed_state() } else { None };
+        if depth == Depth::Quick || (!full && later_data(i)) || at_close.is_some() {
             if let Some((fh, info)) = scan::read_footer_fast(&bytes, header.segment_len.get()) {
                 let first = header.first_record_seq.get();
                 // A footer whose sequence cannot be followed is not trusted: walk the segment.
@@ -556,7 +567,7 @@ pub fn scan_log_with(
                     };
                     let data_end = p.data_end.get();
                     out.segments.push(SegmentInfo { seq, header, footer: Some(info), counts, data_end });
-                    logical = None;
+                    logical = at_close.clone();
                     continue;
                 }
             }
@@ -614,6 +625,32 @@ pub fn scan_log_with(
     if out.logical.is_none() {
         out.logical = logical;
     }
+    if full && out.damage.is_none() && names.iter().any(|n| n == CLOSE_FILE_NAME) {
+        out.damage = check_close_file(storage, &out, &meta);
+    }
     out.verdict = out.damage.as_ref().map_or(CrcVerdict::Ok, |d| d.verdict);
     Ok(out)
+}
+
+/// A full scan's check of `wal.close` (FORMAT.md section 6.1): when `wal.meta` records the clean
+/// close of the last segment holding records, a `wal.close` naming that close must hold the
+/// state the walk ended with, or an open would start from a wrong state. (It is written, synced
+/// and renamed before `wal.meta` records the close, so only damage makes it disagree.)
+fn check_close_file(storage: &dyn Storage, scan: &LogScan, meta: &MetaFile) -> Option<Damage> {
+    let last = scan.segments.last()?;
+    let footer = last.footer.as_ref()?;
+    if last.seq != meta.closed_segment_seq.get() || footer.crc != meta.closed_footer_crc.get() {
+        return None;
+    }
+    let walked = scan.logical.as_ref()?;
+    let bad = |w| Some(damage_at(CrcVerdict::Corrupt, DamageKind::BadCloseFile(w), 0, 0));
+    match crate::lifecycle::read_close_state(storage, last.seq, footer.crc) {
+        Some(l)
+            if (l.next_lsn, l.first_lsn, &l.meta) == (walked.next_lsn, walked.first_lsn, &walked.meta) =>
+        {
+            None
+        }
+        Some(_) => bad("its state differs from the state at the end of the log"),
+        None => bad("unreadable, or it names another close than wal.meta"),
+    }
 }

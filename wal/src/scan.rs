@@ -1189,7 +1189,7 @@ pub fn parse_meta(payload: &[u8]) -> Result<(u32, &[u8]), DamageKind> {
     Ok((u32::from_le_bytes(key), payload.get(8..).unwrap_or_default()))
 }
 
-fn parse_state(payload: &[u8]) -> Result<Logical, DamageKind> {
+pub(crate) fn parse_state(payload: &[u8]) -> Result<Logical, DamageKind> {
     let bad = |w| DamageKind::BadState(w);
     let fixed = payload.get(..STATE_FIXED_LEN).ok_or(bad("too short"))?;
     let s = StatePayload::read_from_bytes(fixed).map_err(|_| bad("too short"))?;
