@@ -7,8 +7,9 @@
 //! alternating by round) and runs four writers that each keep a window of eight durable appends
 //! in flight. Every payload is a function of its LSN ([`content`]). When a ticket resolves
 //! durable, the child writes `ack <lsn>` to its stdout, a pipe the parent reads. The parent kills
-//! it after a seeded random delay (0 to 400 ms: some kills land during the open and its tail cut,
-//! most during appends and rotations), then
+//! it at a seeded random moment (half the rounds after 0 to 400 ms, so some kills land during
+//! the open and its tail cut and most during appends and rotations; half right after the
+//! parent has read the n-th acknowledgement, n random, when the child is surely mid-append), then
 //!
 //! - runs the `walcheck verify` binary on the directory: OK or TORN_TAIL (exit 0 or 1), never
 //!   CORRUPT_TAIL or CORRUPT;
@@ -135,7 +136,17 @@ struct Reported {
     open: Option<String>,
 }
 
-fn run_child(dir: &Path, backend: &str, delay: Duration) -> (Reported, std::process::ExitStatus) {
+/// When the parent kills the child.
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// After this long.
+    After(Duration),
+    /// As soon as the parent has read this many acknowledgements (at the latest after 2 s):
+    /// the child is then certainly in the middle of appending.
+    AtAck(usize),
+}
+
+fn run_child(dir: &Path, backend: &str, kill: Kill) -> (Reported, std::process::ExitStatus) {
     let mut child = Command::new(std::env::current_exe().expect("current_exe"))
         .args(["kill9_child_role", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, dir)
@@ -145,12 +156,14 @@ fn run_child(dir: &Path, backend: &str, delay: Duration) -> (Reported, std::proc
         .spawn()
         .expect("spawning the child");
     let stdout = child.stdout.take().expect("child stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut r = Reported::default();
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if let Some(n) = line.strip_prefix("ack ") {
                 r.acks.push(n.trim().parse().expect("an ack line holds an LSN"));
+                let _ = tx.send(());
             } else if let Some(i) = line.find("open next_lsn=") {
                 // The harness may print its own words ahead of the child's first line.
                 r.open = line.get(i..).map(str::to_string);
@@ -158,7 +171,20 @@ fn run_child(dir: &Path, backend: &str, delay: Duration) -> (Reported, std::proc
         }
         r
     });
-    std::thread::sleep(delay);
+    match kill {
+        Kill::After(delay) => std::thread::sleep(delay),
+        Kill::AtAck(n) => {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let mut seen = 0;
+            while seen < n {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if rx.recv_timeout(left).is_err() {
+                    break;
+                }
+                seen += 1;
+            }
+        }
+    }
     // Child::kill sends SIGKILL.
     let _ = child.kill();
     let status = child.wait().expect("waiting for the child");
@@ -186,10 +212,15 @@ fn sigkill_at_random_moments_loses_no_acknowledged_entry() {
     let mut created = None;
     for round in 0..rounds {
         let backend = if uring && round % 2 == 1 { "uring" } else { "portable" };
-        // One kill in five lands early (the child is still opening or recovering).
-        let delay_ms = if rng.below(5) == 0 { rng.below(30) } else { 30 + rng.below(370) };
-        let ctx = format!("seed {seed}, round {round}, backend {backend}, kill after {delay_ms} ms");
-        let (rep, status) = run_child(dir, backend, Duration::from_millis(delay_ms));
+        // Half the kills come at a random time (one in five of those early, while the child is
+        // still opening or recovering), half right after a random acknowledgement.
+        let kill = match rng.below(10) {
+            0 => Kill::After(Duration::from_millis(rng.below(30))),
+            1..=4 => Kill::After(Duration::from_millis(30 + rng.below(370))),
+            _ => Kill::AtAck(1 + rng.below(3000) as usize),
+        };
+        let ctx = format!("seed {seed}, round {round}, backend {backend}, kill {kill:?}");
+        let (rep, status) = run_child(dir, backend, kill);
         assert_eq!(status.signal(), Some(9), "{ctx}: the child ended before the kill: {status}");
         if rep.open.as_deref().is_some_and(|o| !o.contains("cut=None")) {
             cut += 1;
@@ -214,9 +245,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_entry() {
         if created.is_none() && code == 5 && err.contains("interrupted creation") {
             // Killed while creating the log, before any open finished: there is no log yet
             // and nothing was acknowledged; the next child's open creates it again.
-            println!(
-                "kill9: round {round:2} {backend:8} kill at {delay_ms:3} ms: killed while creating the log"
-            );
+            println!("kill9: round {round:2} {backend:8} {kill:?}: killed while creating the log");
             early += 1;
             continue;
         }
@@ -248,7 +277,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_entry() {
         }
         entries = got.len();
         println!(
-            "kill9: round {round:2} {backend:8} kill at {delay_ms:3} ms: {:5} acks, log ends at {:?}, walcheck exit {code}, {}",
+            "kill9: round {round:2} {backend:8} {kill:?}: {:5} acks, log ends at {:?}, walcheck exit {code}, {}",
             rep.acks.len(),
             last,
             rep.open.as_deref().unwrap_or("killed before the open finished")
