@@ -31,7 +31,9 @@
 //! `tools/mutants.sh` is caught there and survives here, while `mutant-ack-before-write`, which
 //! acknowledges before the write, is caught here).
 //!
-//! `WAL_KILL9_SEED=n` replays a seed (printed at the start and in every failure);
+//! `WAL_KILL9_SEED=n` replays a seed's choices (printed at the start and in every failure): the
+//! backend and the kill time or acknowledgement count of every round; where the child stands at
+//! that moment depends on the machine's timing, so a replay is close, not byte-identical.
 //! `WAL_KILL9_ROUNDS=n` changes the number of rounds (20).
 
 use std::collections::VecDeque;
