@@ -263,7 +263,8 @@ impl Catalog {
                 let e = self.entities.get(&id.0).ok_or(Refusal::NoSuchEntity { id })?;
                 let next = next_version(e, expected_version)?;
                 match self.child_named(parent_key(e.parent), new_name) {
-                    Some(other) if other != id.0 => {
+                    // Mutant (tools/mutants.sh, I9): a rename may take a sibling's name.
+                    Some(other) if other != id.0 && !cfg!(feature = "mutant-rename-skips-name-check") => {
                         return Err(Refusal::NameExists {
                             parent: e.parent,
                             name: new_name.into(),
@@ -388,6 +389,10 @@ impl Catalog {
 fn next_version(e: &Entity, expected: u64) -> Result<u64, Refusal> {
     if expected != e.version {
         return Err(Refusal::StaleVersion { id: e.id, expected, current: e.version });
+    }
+    // Mutant (tools/mutants.sh, I9): a mutation keeps the entity's version (ABA).
+    if cfg!(feature = "mutant-version-not-advanced") {
+        return Ok(e.version);
     }
     e.version.checked_add(1).ok_or(Refusal::VersionExhausted { id: e.id })
 }

@@ -312,7 +312,8 @@ impl AsyncWal {
             if st.closing {
                 return Err(Error::ReadOnly);
             }
-            if epoch.0 < st.epoch {
+            // Mutant (tools/mutants.sh, I7): an append from a stale writer is accepted.
+            if epoch.0 < st.epoch && !cfg!(feature = "mutant-stale-epoch-accepted") {
                 return Err(Error::StaleEpoch { current: st.epoch, given: epoch.0 });
             }
             if epoch.0 > st.epoch {
@@ -351,6 +352,9 @@ impl AsyncWal {
             self.shared.bell.ring();
         }
         drop(st);
+        // Mutant (tools/mutants.sh, I5): the caller blocks until its entry is durable.
+        #[cfg(feature = "mutant-append-blocks-on-sync")]
+        let _ = ticket.wait_durable();
         Ok(ticket)
     }
 
@@ -561,7 +565,15 @@ impl Io<'_> {
                 };
                 let p = Pending { lsn, entries, bytes, durability, slot };
                 match appended {
-                    Ok(got) if got.0 == lsn => self.staged.push(p),
+                    Ok(got) if got.0 == lsn => {
+                        // Mutant (tools/mutants.sh, I3): acknowledge a Durable entry as soon as
+                        // it is staged, before its batch is even written (the kill -9 test sees it).
+                        #[cfg(feature = "mutant-ack-before-write")]
+                        if p.durability == Durability::Durable {
+                            p.slot.0.resolve(Ok(Lsn(lsn)));
+                        }
+                        self.staged.push(p)
+                    }
                     Ok(got) => {
                         self.staged.push(p);
                         self.fence(format!("internal: the log gave LSN {} where {lsn} was promised", got.0));
@@ -677,7 +689,13 @@ impl Io<'_> {
 
     /// Resolves, oldest first, every written batch the durable watermark covers.
     fn resolve_durable(&mut self) -> bool {
-        let durable = self.wal.durable_seq();
+        // Mutant (tools/mutants.sh, I3): acknowledge every written batch as durable before the
+        // fdatasync that covers it completed.
+        let durable = if cfg!(feature = "mutant-ack-before-sync") {
+            self.wal.written_seq()
+        } else {
+            self.wal.durable_seq()
+        };
         let mut done = Vec::new();
         while self.flights.front().is_some_and(|f| f.end_seq <= durable) {
             if let Some(f) = self.flights.pop_front() {

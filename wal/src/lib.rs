@@ -21,6 +21,25 @@
 //! assert_eq!(entries, vec![(lsn.0, b"create job 7".to_vec())]);
 //! ```
 
+// The mutants of tools/mutants.sh break invariants on purpose: never in an optimized build.
+#[cfg(all(
+    not(debug_assertions),
+    any(
+        feature = "mutant-apply-before-commit",
+        feature = "mutant-replay-ignores-dedupe",
+        feature = "mutant-ack-before-sync",
+        feature = "mutant-ack-before-write",
+        feature = "mutant-attested-damage-as-torn",
+        feature = "mutant-append-blocks-on-sync",
+        feature = "mutant-no-fence-on-sync-error",
+        feature = "mutant-stale-epoch-accepted",
+        feature = "mutant-no-divergence-fence",
+    )
+))]
+compile_error!(
+    "a mutant-* feature is on in a build without debug assertions: they exist only for tools/mutants.sh"
+);
+
 mod batch;
 pub mod classify;
 mod crc;

@@ -215,3 +215,51 @@ fn one_completion_channel_collects_many_tickets_and_groups_resolve_whole() {
     assert_eq!(entries.len() as u64, next - 1);
     assert_eq!(entries[4], (5, b"a".to_vec()));
 }
+
+/// DESIGN.md I5: appending only enqueues. With the sync of the entry's own batch held on the
+/// storage's sync thread, `append` still returns at once and its ticket stays unresolved until
+/// the sync completes. Bounded: an append that blocks fails the test after 5 s instead of
+/// hanging it (the `mutant-append-blocks-on-sync` mutant of tools/mutants.sh fails here).
+#[test]
+fn append_returns_while_the_sync_of_its_own_batch_is_held() {
+    let st = MemStorage::new();
+    st.set_sync_thread(true).unwrap();
+    // No background segment preparation: its syncs would be the held ones.
+    let (wal, _) = Wal::open_with(
+        Arc::new(st.clone()),
+        Options { segment_len_bytes: SEG, prepare_in_background: false, ..Options::default() },
+    )
+    .unwrap();
+    let log = Arc::new(AsyncWal::start(wal, AsyncOptions::default()).unwrap());
+    // Released on any exit, so a failed assertion cannot leave the appender or the close waiting.
+    struct Release(MemStorage);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.release_held_sync();
+        }
+    }
+    let release = Release(st.clone());
+    st.hold_next_sync();
+    let (tx, rx) = mpsc::channel();
+    let appender = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let t = log.append(Epoch(0), b"held".to_vec(), Durability::Durable);
+            let _ = tx.send(());
+            t
+        })
+    };
+    let returned = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+    let held = st.wait_sync_held(Duration::from_secs(20));
+    if !returned {
+        drop(release);
+        let _ = appender.join();
+        panic!("append blocked while the sync of its batch was in flight (I5)");
+    }
+    assert!(held, "the sync of the entry's batch never started");
+    let ticket = appender.join().unwrap().unwrap();
+    assert!(ticket.poll_outcome().is_none(), "the ticket resolved before its sync completed");
+    drop(release);
+    assert_eq!(ticket.wait_timeout(Duration::from_secs(20)), Some(Ok(Lsn(1))));
+    Arc::try_unwrap(log).unwrap().close().unwrap();
+}

@@ -129,6 +129,32 @@ fn a_failed_sync_poisons_the_log_until_reopen() {
     assert_eq!(entries(&log), vec![(1, b"durable".to_vec())]);
 }
 
+/// DESIGN.md I6 with a transient EIO: only one fdatasync fails, so a retry would "succeed" (the
+/// kernel marked the failed pages clean). The sync still fails, the log stays poisoned, and a
+/// crash keeps only what was durable before. (Caught `mutant-no-fence-on-sync-error`, which
+/// retries, where a sync that keeps failing did not.)
+#[test]
+fn a_transient_sync_failure_is_never_retried_into_a_success() {
+    let st = MemStorage::new();
+    let (mut log, _) = open(&st, RecoveryMode::TruncateTornTail).unwrap();
+    log.append(Epoch(0), b"durable").unwrap();
+    log.sync().unwrap();
+    let syncs = st.faults().syncs_seen;
+    st.faults().fail_sync_from = Some(syncs);
+    st.faults().fail_sync_until = Some(syncs + 1);
+    log.append(Epoch(0), b"lost with the failed sync").unwrap();
+    let e = log.sync().expect_err("a failed fdatasync was reported as a success");
+    assert!(matches!(e, Error::Io { .. }) && !e.is_rejected(), "{e}");
+    assert!(log.is_poisoned());
+    assert!(matches!(log.sync(), Err(Error::Poisoned { .. })));
+    assert_eq!(st.faults().syncs_seen, syncs + 1, "the failed sync was retried");
+    assert_eq!(log.durable_lsn(), Some(Lsn(1)));
+    drop(log);
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    let (log, _) = open(&crashed, RecoveryMode::TruncateTornTail).unwrap();
+    assert_eq!(entries(&log), vec![(1, b"durable".to_vec())]);
+}
+
 #[test]
 fn disk_full_at_rotation_is_its_own_error_and_the_log_stays_usable() {
     let st = MemStorage::new();

@@ -113,6 +113,12 @@ impl<S: StateMachine> Loop<'_, S> {
 
     /// Applies, in LSN order, every entry at the front whose fate is known.
     fn advance(&mut self) {
+        // Mutant (tools/mutants.sh, I1): apply each entry as soon as it is submitted, before
+        // its log outcome (durable, failed) or its commit is known.
+        #[cfg(feature = "mutant-apply-before-commit")]
+        while let Some(e) = self.queue.pop_front() {
+            self.apply(e);
+        }
         while let Some(front) = self.queue.front() {
             let Some(outcome) = self.done.get(&front.tag) else { return };
             if outcome.is_ok() {

@@ -129,6 +129,14 @@ impl<S: StateMachine> Applier<S> {
         Ok(Applied::Outcome(outcome))
     }
 
+    /// Mutant (tools/mutants.sh, I2): replay forgets every request id, so it re-applies
+    /// duplicates the online path dropped (a second apply path that drifts).
+    #[cfg(feature = "mutant-replay-ignores-dedupe")]
+    pub(crate) fn mutant_forget_request_ids(&mut self) {
+        self.seen.clear();
+        self.order.clear();
+    }
+
     /// Forgets request ids that fell out of the window before `lsn` is applied.
     fn expire(&mut self, lsn: Lsn) {
         while let Some(&(l, id)) = self.order.front() {

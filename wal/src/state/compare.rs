@@ -88,6 +88,9 @@ impl<S: StateMachine> Replayer<S> {
         if self.report.stopped() || self.base.is_some_and(|b| lsn <= b) {
             return;
         }
+        // Mutant (tools/mutants.sh, I2): replay drops the dedupe window the online path keeps.
+        #[cfg(feature = "mutant-replay-ignores-dedupe")]
+        self.applier.mutant_forget_request_ids();
         match self.applier.apply(lsn, epoch, payload) {
             Ok(Applied::Duplicate { .. }) => self.report.duplicates += 1,
             Ok(Applied::Outcome(o)) => self.report.refused += o.is_refused() as u64,

@@ -173,6 +173,10 @@ impl MemState {
 pub struct Faults {
     /// The n-th `SyncData` (0-based) and every later one fails with EIO.
     pub fail_sync_from: Option<u64>,
+    /// With `fail_sync_from`: the first `SyncData` that succeeds again (a transient EIO). Linux
+    /// then reports the retry as a success, though the failed sync's pages never reached the
+    /// device: this is what a retry must never be trusted for.
+    pub fail_sync_until: Option<u64>,
     /// Writes complete at most this many bytes at a time (short writes).
     pub short_write_max: Option<u64>,
     /// Total bytes the device holds; a write or zero-fill past it fails with ENOSPC.
@@ -522,7 +526,7 @@ impl MemStorage {
             let mut f = self.faults();
             let i = f.syncs_seen;
             f.syncs_seen += 1;
-            f.fail_sync_from.is_some_and(|from| i >= from)
+            f.fail_sync_from.is_some_and(|from| i >= from) && f.fail_sync_until.is_none_or(|until| i < until)
         };
         let mut st = lock(&self.inner.state);
         let nd = st.nodes.get_mut(&node).ok_or_else(|| io::Error::other("missing node"))?;
