@@ -30,12 +30,18 @@
 //! # });
 //! ```
 //!
+//! - [`LogStore::open_verified`] replays the log after the snapshot through the same apply
+//!   function and compares the checkpoints the state machine recorded
+//!   ([`StateMachineStore::with_checkpoints`]): CLEAN or DIVERGENT; [`start_role`] refuses to
+//!   start a DIVERGENT node (it must not vote or lead), saying why.
+//!
 //! What this milestone does not do yet: a node binary and network (see the README's
-//! replication section), and the DIVERGENT-node start check.
+//! replication section).
 
 mod codec;
 mod log_store;
 mod state_machine;
+mod verify;
 mod writer;
 
 pub use codec::{
@@ -43,6 +49,7 @@ pub use codec::{
 };
 pub use log_store::{log_options, LogReader, LogStore};
 pub use state_machine::{SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE};
+pub use verify::{start_role, Checkpointer, StartRole, StateVerdict};
 
 use serde::{Deserialize, Serialize};
 

@@ -86,17 +86,21 @@ impl LogStore {
     /// Opens (or creates) the Raft log in `dir` on real files.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> io::Result<LogStore> {
         let (wal, _report) = Wal::open(dir, Options { first_lsn: 0, ..opts }).map_err(io::Error::other)?;
-        Self::start(wal)
+        Self::start_wal(wal)
     }
 
     /// Opens (or creates) the Raft log over any storage backend (tests: `MemStorage`).
     pub fn open_with(storage: Arc<dyn Storage>, opts: Options) -> io::Result<LogStore> {
         let (wal, _report) =
             Wal::open_with(storage, Options { first_lsn: 0, ..opts }).map_err(io::Error::other)?;
-        Self::start(wal)
+        Self::start_wal(wal)
     }
 
-    fn start(wal: Wal) -> io::Result<LogStore> {
+    pub(crate) fn sender(&self) -> Sender<Req> {
+        self.tx.clone()
+    }
+
+    pub(crate) fn start_wal(wal: Wal) -> io::Result<LogStore> {
         let vote: Option<Vote> = codec::read_meta(VOTE_META_KEY, wal.meta(VOTE_META_KEY))?;
         let committed: Option<Option<LogId>> =
             codec::read_meta(COMMITTED_META_KEY, wal.meta(COMMITTED_META_KEY))?;

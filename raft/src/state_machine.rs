@@ -52,6 +52,9 @@ pub struct StateMachineStore {
     membership: StoredMembership,
     current: Arc<Mutex<Option<Current>>>,
     dir: Option<PathBuf>,
+    /// Where checkpoints go, and every how many applied normal entries.
+    checkpoints: Option<(crate::Checkpointer, u64)>,
+    since_checkpoint: u64,
 }
 
 impl std::fmt::Debug for StateMachineStore {
@@ -144,6 +147,8 @@ impl StateMachineStore {
             membership: StoredMembership::default(),
             current: Arc::new(Mutex::new(None)),
             dir: dir.map(Path::to_path_buf),
+            checkpoints: None,
+            since_checkpoint: 0,
         };
         if let Some(d) = dir {
             fs::create_dir_all(d)?;
@@ -174,6 +179,22 @@ impl StateMachineStore {
         Ok(())
     }
 
+    /// Records a checkpoint into the log after every `every` applied normal entries (what
+    /// [`crate::LogStore::open_verified`] compares a replay with at the next start).
+    pub fn with_checkpoints(mut self, to: crate::Checkpointer, every: u64) -> Self {
+        self.checkpoints = Some((to, every.max(1)));
+        self
+    }
+
+    /// Where a replay of the log starts: the snapshot's applier and the first index after it.
+    pub(crate) fn replay_base(&self) -> io::Result<(Applier<Catalog>, u64)> {
+        let cur = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match cur {
+            Some(c) => Ok((import(&c.data)?, c.meta.last_log_id.map_or(0, |l| l.index + 1))),
+            None => Ok((Applier::new(Catalog::new(), DEDUPE_WINDOW), 0)),
+        }
+    }
+
     /// Read access to the catalog (queries only).
     pub fn catalog(&self) -> &Catalog {
         self.applier.state()
@@ -193,7 +214,15 @@ impl StateMachineStore {
                 Response::Membership
             }
             EntryPayload::Normal(req) => {
-                match self.applier.apply(Lsn(entry.log_id.index), Epoch(0), &req.0) {
+                let r = self.applier.apply(Lsn(entry.log_id.index), Epoch(0), &req.0);
+                if let Some((to, every)) = &self.checkpoints {
+                    self.since_checkpoint += 1;
+                    if self.since_checkpoint >= *every && self.applier.fenced().is_none() {
+                        self.since_checkpoint = 0;
+                        to.record(entry.log_id.index, self.applier.checkpoint());
+                    }
+                }
+                match r {
                     Ok(Applied::Outcome(Outcome::Done(b))) => Response::Done(b),
                     Ok(Applied::Outcome(Outcome::Refused(why))) => Response::Refused(why),
                     Ok(Applied::Duplicate { first_lsn }) => Response::Duplicate { first_index: first_lsn.0 },

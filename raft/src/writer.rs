@@ -64,6 +64,8 @@ pub(crate) enum Req {
         floor: Option<u64>,
         reply: tokio::sync::oneshot::Sender<io::Result<Entries>>,
     },
+    /// A checkpoint record for an applied index, staged with the next batch (no answer).
+    Checkpoint { lsn: u64, cp: wal::Checkpoint },
     /// Sync, seal and stop (a clean close).
     Close { done: Sender<io::Result<()>> },
     /// Stop without syncing or sealing: what a crash leaves (tests).
@@ -176,6 +178,14 @@ impl Writer {
                 let r = self.read(start, end, floor);
                 let _ = reply.send(r);
             }
+            Req::Checkpoint { lsn, cp } => {
+                if self.fenced.is_none() {
+                    // Not a fence: a checkpoint is an extra check (e.g. its entry was cut).
+                    if let Err(e) = self.wal.checkpoint(EPOCH, Lsn(lsn), &cp) {
+                        eprintln!("wal-raft: checkpoint at {lsn} not recorded: {e}");
+                    }
+                }
+            }
             close @ (Req::Close { .. } | Req::Abandon { .. }) => return Some(close),
         }
         None
@@ -234,6 +244,7 @@ fn run(wal: Wal, rx: Receiver<Req>) {
             Req::Read { reply, .. } => {
                 let _ = reply.send(Err(err(why)));
             }
+            Req::Checkpoint { .. } => {}
             Req::Close { done } => {
                 let _ = done.send(Ok(()));
             }
