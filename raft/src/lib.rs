@@ -1,0 +1,104 @@
+//! openraft log storage and state machine over the write-ahead log and its one apply seam
+//! (issue 9, milestone 1).
+//!
+//! - [`LogStore`] / [`LogReader`] implement openraft's `RaftLogStorage` / `RaftLogReader`
+//!   (0.10.0-alpha.37, pinned exactly) over [`wal::Wal`]. An entry's LSN is its Raft index
+//!   (the log is created with `first_lsn` 0, as openraft's first index is 0). Votes, the
+//!   committed log id and the purged log id are metadata records in the same log, carried
+//!   into every new segment's state record, so purging segments never loses them. Truncation
+//!   and reset are the log's own crash-safe records (replay drops what they cut); a purge is a
+//!   metadata record first, then whole sealed segments are removed. Every write goes through
+//!   one FIFO to a writer thread that group-commits: an append returns once queued (a read
+//!   queued after it sees it, written but not durable), and its `IOFlushed` callback fires on
+//!   the writer thread only after the fdatasync that covers it returned. `save_vote`,
+//!   `save_committed`, `truncate_after` and `purge` return only once durable.
+//! - [`StateMachineStore`] implements `RaftStateMachine` over [`wal::state::Applier`] with the
+//!   reference [`catalog::Catalog`]: the same apply function the log's replay and `walcheck`
+//!   use. Snapshots are the seam's snapshot encoding (the catalog's export), installed through
+//!   its import, kept with their Raft metadata (last log id and membership) in one durable file.
+//!
+//! ```
+//! use openraft::storage::{RaftLogReader, RaftLogStorage};
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut log = wal_raft::LogStore::open(dir.path(), wal_raft::log_options(64 << 10)).unwrap();
+//! let vote = wal_raft::Vote::new(1, 1);
+//! log.save_vote(&vote).await.unwrap(); // durable when it returns
+//! log.close().unwrap();
+//! let mut log = wal_raft::LogStore::open(dir.path(), wal_raft::log_options(64 << 10)).unwrap();
+//! assert_eq!(log.read_vote().await.unwrap(), Some(vote));
+//! # });
+//! ```
+//!
+//! - [`LogStore::open_verified`] replays the log after the snapshot through the same apply
+//!   function and compares the checkpoints the state machine recorded
+//!   ([`StateMachineStore::with_checkpoints`]): CLEAN or DIVERGENT; [`start_role`] refuses to
+//!   start a DIVERGENT node (it must not vote or lead), saying why.
+//!
+//! What this milestone does not do yet: a node binary and network (see the README's
+//! replication section).
+
+mod codec;
+mod log_store;
+mod state_machine;
+mod verify;
+mod writer;
+
+pub use codec::{
+    decode_entry, encode_entry, COMMITTED_META_KEY, ENTRY_ENCODING_VERSION, PURGED_META_KEY, VOTE_META_KEY,
+};
+pub use log_store::{log_options, LogReader, LogStore};
+pub use state_machine::{SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE};
+pub use verify::{start_role, Checkpointer, StartRole, StateVerdict};
+
+use serde::{Deserialize, Serialize};
+
+/// Application data of a normal Raft entry: the apply seam's entry bytes (the 16-byte
+/// envelope of FORMAT.md 10.1 followed by the state machine's command).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request(pub Vec<u8>);
+
+impl Request {
+    /// A catalog command as a Raft request (a command entry, with an optional request id).
+    pub fn command(cmd: &catalog::Command, request_id: Option<u64>) -> Request {
+        Request(wal::state::Envelope::encode(wal::state::EntryKind::Command, request_id, &cmd.encode()))
+    }
+}
+
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "request of {} bytes", self.0.len())
+    }
+}
+
+/// What applying an entry gave.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The state machine applied it; its result bytes (a catalog `Receipt`).
+    Done(Vec<u8>),
+    /// The domain refused it (deterministic; the entry stays in the log).
+    Refused(String),
+    /// Its request id was applied at `first_index` within the dedupe window: a no-op.
+    Duplicate { first_index: u64 },
+    /// The apply seam refused the bytes (not a valid envelope): a no-op on every replay.
+    Invalid(String),
+    /// A blank entry (a new leader's) was applied.
+    Blank,
+    /// A membership entry was applied.
+    Membership,
+}
+
+openraft::declare_raft_types!(
+    /// The Raft types of a catalog replicated over this log.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+);
+
+/// Aliases of openraft's types for [`TypeConfig`].
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+pub type Membership = openraft::Membership<u64, openraft::BasicNode>;
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;

@@ -1,0 +1,317 @@
+//! [`StateMachineStore`]: openraft's `RaftStateMachine` over the one apply seam
+//! ([`wal::state::Applier`]) with the reference catalog.
+//!
+//! - `apply`: a normal entry goes through `Applier::apply(index, epoch 0, bytes)`, the same
+//!   function a restart replay and `walcheck` use; blank entries only advance the applied log
+//!   id; a membership entry is remembered as the last membership. Every responder is answered.
+//! - The state is transient: at open it is the persisted snapshot's state (or empty), and
+//!   openraft re-applies the committed log after it (`StorageHelper::get_initial_state`, which
+//!   reads the committed id that [`crate::LogStore`] persists), through the same `apply`.
+//! - A snapshot is the apply seam's snapshot encoding (`wal::state::snapshot::encode`: the
+//!   catalog's export, the request-id table, digest and checksums), built from a copy taken when
+//!   the builder is made (so it never sees a half-applied state), and installed through
+//!   `decode`, i.e. the catalog's import, which refuses bytes that do not rebuild the recorded
+//!   digest. The current snapshot and its Raft metadata (last log id, last membership) are kept
+//!   in one file, `raft-snapshot`, written to a temporary name, synced, renamed, the directory
+//!   synced; so `applied_state` after a restart is the snapshot's, membership included.
+
+use crate::{LogId, Response, SnapshotMeta, StoredMembership, TypeConfig};
+use catalog::Catalog;
+use futures_util::{Stream, StreamExt};
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::type_config::alias::SnapshotOf;
+use openraft::{EntryPayload, OptionalSend};
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use wal::state::{snapshot, Applied, Applier, Outcome};
+use wal::{Epoch, Lsn};
+
+/// Request ids are remembered for this many indexes after the entry that carried them (client
+/// retries within it apply once). Every node and every replay uses the same window.
+pub const DEDUPE_WINDOW: u64 = 1 << 16;
+
+/// The snapshot file's name in the state machine's directory.
+pub const SNAPSHOT_FILE: &str = "raft-snapshot";
+const SNAPSHOT_MAGIC: [u8; 8] = *b"\x89CWRSN\r\n";
+
+/// The snapshot data openraft moves around: the apply seam's snapshot bytes.
+pub type SnapshotData = Vec<u8>;
+
+#[derive(Clone, Debug)]
+struct Current {
+    meta: SnapshotMeta,
+    data: SnapshotData,
+}
+
+/// openraft's state machine over the apply seam and the catalog.
+pub struct StateMachineStore {
+    applier: Applier<Catalog>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    current: Arc<Mutex<Option<Current>>>,
+    dir: Option<PathBuf>,
+    /// Where checkpoints go, and every how many applied normal entries.
+    checkpoints: Option<(crate::Checkpointer, u64)>,
+    since_checkpoint: u64,
+}
+
+impl std::fmt::Debug for StateMachineStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateMachineStore")
+            .field("last_applied", &self.last_applied)
+            .field("membership", &self.membership)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a snapshot from the copy taken when it was made.
+pub struct SnapshotBuilder {
+    snap: Result<Current, String>,
+    current: Arc<Mutex<Option<Current>>>,
+    dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for SnapshotBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotBuilder")
+            .field("meta", &self.snap.as_ref().map(|s| &s.meta))
+            .finish_non_exhaustive()
+    }
+}
+
+fn encode_file(c: &Current) -> io::Result<Vec<u8>> {
+    let meta = serde_json::to_vec(&c.meta).map_err(io::Error::other)?;
+    let mut out = Vec::with_capacity(24 + meta.len() + c.data.len());
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+    out.extend_from_slice(&meta);
+    out.extend_from_slice(&c.data);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+fn decode_file(bytes_untrusted: &[u8]) -> io::Result<Current> {
+    let bad = |what: &str| crate::codec::invalid(format!("{SNAPSHOT_FILE}: {what}"));
+    let Some((body, crc)) = bytes_untrusted.split_last_chunk::<4>() else { return Err(bad("too short")) };
+    if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
+        return Err(bad("checksum mismatch"));
+    }
+    let Some((magic, rest)) = body.split_first_chunk::<8>() else { return Err(bad("too short")) };
+    let Some((len, rest)) = rest.split_first_chunk::<8>() else { return Err(bad("too short")) };
+    if *magic != SNAPSHOT_MAGIC {
+        return Err(bad("bad magic"));
+    }
+    let len = u64::from_le_bytes(*len);
+    if len > rest.len() as u64 {
+        return Err(bad("metadata length past the end"));
+    }
+    let (meta, data) = rest.split_at(len as usize);
+    let meta: SnapshotMeta = serde_json::from_slice(meta).map_err(|e| bad(&format!("metadata: {e}")))?;
+    Ok(Current { meta, data: data.to_vec() })
+}
+
+/// Writes the snapshot file durably: temporary name, fdatasync, rename, directory fsync.
+fn persist(dir: &Path, c: &Current) -> io::Result<()> {
+    let bytes = encode_file(c)?;
+    let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_data()?;
+    drop(f);
+    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+    fs::File::open(dir)?.sync_all()
+}
+
+/// The applier a snapshot's data rebuilds (checksums, versions and digest checked).
+fn import(data: &[u8]) -> io::Result<Applier<Catalog>> {
+    let (applier, _info) = snapshot::decode::<Catalog>("raft snapshot", data).map_err(io::Error::other)?;
+    if applier.dedupe_window() != DEDUPE_WINDOW {
+        return Err(io::Error::other(format!(
+            "snapshot dedupe window {} differs from {DEDUPE_WINDOW}",
+            applier.dedupe_window()
+        )));
+    }
+    Ok(applier)
+}
+
+impl StateMachineStore {
+    /// A state machine whose snapshots live in `dir` (created if absent); `None` keeps them in
+    /// memory only. Starts from the persisted snapshot, if any.
+    pub fn open(dir: Option<&Path>) -> io::Result<StateMachineStore> {
+        let mut sm = StateMachineStore {
+            applier: Applier::new(Catalog::new(), DEDUPE_WINDOW),
+            last_applied: None,
+            membership: StoredMembership::default(),
+            current: Arc::new(Mutex::new(None)),
+            dir: dir.map(Path::to_path_buf),
+            checkpoints: None,
+            since_checkpoint: 0,
+        };
+        if let Some(d) = dir {
+            fs::create_dir_all(d)?;
+            let _ = fs::remove_file(d.join(format!("{SNAPSHOT_FILE}.tmp")));
+            match fs::read(d.join(SNAPSHOT_FILE)) {
+                Ok(bytes) => {
+                    let c = decode_file(&bytes)?;
+                    sm.restore(&c)?;
+                    *sm.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(sm)
+    }
+
+    fn restore(&mut self, c: &Current) -> io::Result<()> {
+        let applier = import(&c.data)?;
+        if let (Some(a), Some(l)) = (applier.applied(), c.meta.last_log_id) {
+            if a.0 > l.index {
+                return Err(io::Error::other(format!("snapshot state applied {a} past its log id {l}")));
+            }
+        }
+        self.applier = applier;
+        self.last_applied = c.meta.last_log_id;
+        self.membership = c.meta.last_membership.clone();
+        Ok(())
+    }
+
+    /// Records a checkpoint into the log after every `every` applied normal entries (what
+    /// [`crate::LogStore::open_verified`] compares a replay with at the next start).
+    pub fn with_checkpoints(mut self, to: crate::Checkpointer, every: u64) -> Self {
+        self.checkpoints = Some((to, every.max(1)));
+        self
+    }
+
+    /// Where a replay of the log starts: the snapshot's applier and the first index after it.
+    pub(crate) fn replay_base(&self) -> io::Result<(Applier<Catalog>, u64)> {
+        let cur = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match cur {
+            Some(c) => Ok((import(&c.data)?, c.meta.last_log_id.map_or(0, |l| l.index + 1))),
+            None => Ok((Applier::new(Catalog::new(), DEDUPE_WINDOW), 0)),
+        }
+    }
+
+    /// Read access to the catalog (queries only).
+    pub fn catalog(&self) -> &Catalog {
+        self.applier.state()
+    }
+
+    /// The apply seam (digest, checkpoint value, request fates).
+    pub fn applier(&self) -> &Applier<Catalog> {
+        &self.applier
+    }
+
+    /// Applies one entry: THE apply function for normal entries, membership bookkeeping else.
+    fn apply_one(&mut self, entry: &crate::Entry) -> io::Result<Response> {
+        let r = match &entry.payload {
+            EntryPayload::Blank => Response::Blank,
+            EntryPayload::Membership(m) => {
+                self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                Response::Membership
+            }
+            EntryPayload::Normal(req) => {
+                let r = self.applier.apply(Lsn(entry.log_id.index), Epoch(0), &req.0);
+                if let Some((to, every)) = &self.checkpoints {
+                    self.since_checkpoint += 1;
+                    if self.since_checkpoint >= *every && self.applier.fenced().is_none() {
+                        self.since_checkpoint = 0;
+                        to.record(entry.log_id.index, self.applier.checkpoint());
+                    }
+                }
+                match r {
+                    Ok(Applied::Outcome(Outcome::Done(b))) => Response::Done(b),
+                    Ok(Applied::Outcome(Outcome::Refused(why))) => Response::Refused(why),
+                    Ok(Applied::Duplicate { first_lsn }) => Response::Duplicate { first_index: first_lsn.0 },
+                    Err(why) => {
+                        if let Some(f) = self.applier.fenced() {
+                            // A panic in apply: the state is fenced; stop this node's Raft.
+                            return Err(io::Error::other(format!("state machine fenced: {f}")));
+                        }
+                        // Bytes the seam refuses (a bad envelope): the same on every replay.
+                        Response::Invalid(why)
+                    }
+                }
+            }
+        };
+        self.last_applied = Some(entry.log_id);
+        Ok(r)
+    }
+
+    fn snapshot_now(&self) -> io::Result<Current> {
+        let data = snapshot::encode(&self.applier, [0; 16])?;
+        Ok(Current {
+            meta: SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone() },
+            data,
+        })
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, SnapshotData>, io::Error> {
+        let snap = self.snap.as_ref().map_err(|e| io::Error::other(format!("exporting the state: {e}")))?;
+        if let Some(d) = &self.dir {
+            persist(d, snap)?;
+        }
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        // Never replace a newer snapshot (an install may have raced this build).
+        if cur.as_ref().is_none_or(|c| c.meta.last_log_id <= snap.meta.last_log_id) {
+            *cur = Some(snap.clone());
+        }
+        Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta: snap.meta.clone(), snapshot: snap.data.clone() })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            let r = self.apply_one(&entry)?;
+            if let Some(responder) = responder {
+                responder.send(r);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // A copy now: the build never sees a state that apply changes meanwhile.
+        let snap = self.snapshot_now().map_err(|e| e.to_string());
+        SnapshotBuilder { snap, current: self.current.clone(), dir: self.dir.clone() }
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: SnapshotData) -> Result<(), io::Error> {
+        let c = Current { meta: meta.clone(), data };
+        self.restore(&c)?;
+        if let Some(d) = &self.dir {
+            persist(d, &c)?;
+        }
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<SnapshotOf<TypeConfig, SnapshotData>>, io::Error> {
+        let cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(cur.as_ref().map(|c| SnapshotOf::<TypeConfig, SnapshotData> {
+            meta: c.meta.clone(),
+            snapshot: c.data.clone(),
+        }))
+    }
+}
