@@ -32,16 +32,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wal::storage::{FileStorage, Storage, UringStorage};
 use wal::{AsyncOptions, AsyncWal, Backend, Durability, Epoch, Options, Wal};
-use wal_benches::median;
+use wal_benches::{median, scaled};
 
 const ENTRY: usize = 256;
 const BIG_ENTRY: usize = 64 << 10;
-const ROUND: Duration = Duration::from_millis(1500);
-const PROBE: Duration = Duration::from_millis(500);
 const ROUNDS: usize = 5;
 
+/// The timed length of one workload run (tiny in a smoke run).
+fn round_len() -> Duration {
+    scaled(Duration::from_millis(1500), Duration::from_millis(30))
+}
+
+/// The length of each raw-loop probe.
+fn probe_len() -> Duration {
+    scaled(Duration::from_millis(500), Duration::from_millis(10))
+}
+
 fn env_rounds() -> usize {
-    std::env::var("GROUP_COMMIT_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(ROUNDS)
+    std::env::var("GROUP_COMMIT_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(scaled(ROUNDS, 1))
 }
 
 /// The raw loop's file: 64 MiB, written and synced once, overwritten in place (as a log's
@@ -56,7 +64,7 @@ impl RawFile {
         std::fs::create_dir_all(dir).unwrap();
         let path = dir.join("raw");
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
-        let len = 64u64 << 20;
+        let len = scaled(64u64 << 20, 8 << 20);
         f.write_all_at(&vec![0u8; len as usize], 0).unwrap();
         f.sync_data().unwrap();
         RawFile { f, len }
@@ -113,7 +121,11 @@ fn storage(dir: &Path, be: Be) -> Arc<dyn Storage> {
 
 fn engine(dir: &Path, be: Be, load: Load) -> Outcome {
     let _ = std::fs::remove_dir_all(dir);
-    let opts = Options { segment_len_bytes: 64 << 20, backend: Backend::Portable, ..Options::default() };
+    let opts = Options {
+        segment_len_bytes: scaled(64 << 20, 8 << 20),
+        backend: Backend::Portable,
+        ..Options::default()
+    };
     let (wal, _) = Wal::open_with(storage(dir, be), opts).unwrap();
     let log = Arc::new(AsyncWal::start(wal, AsyncOptions::default()).unwrap());
     let start = Instant::now();
@@ -124,7 +136,7 @@ fn engine(dir: &Path, be: Be, load: Load) -> Outcome {
                     let log = log.clone();
                     std::thread::spawn(move || {
                         let mut n = 0u64;
-                        while start.elapsed() < ROUND {
+                        while start.elapsed() < round_len() {
                             log.append(Epoch(0), vec![7u8; ENTRY], Durability::Durable)
                                 .unwrap()
                                 .wait()
@@ -141,7 +153,7 @@ fn engine(dir: &Path, be: Be, load: Load) -> Outcome {
         Load::Window { entry, window } => {
             let mut inflight = VecDeque::with_capacity(window);
             let mut n = 0u64;
-            while start.elapsed() < ROUND {
+            while start.elapsed() < round_len() {
                 if inflight.len() == window {
                     let t: wal::Ticket = inflight.pop_front().unwrap();
                     t.wait().unwrap();
@@ -211,9 +223,9 @@ fn main() {
             let (_, l, b) = jobs[i].clone();
             let len = if big(l) { 1 << 20 } else { ENTRY };
             let pick = |r: (f64, f64)| if big(l) { r.1 } else { r.0 };
-            let before = pick(raw.run(len, PROBE));
+            let before = pick(raw.run(len, probe_len()));
             let o = engine(&d.path().join(format!("w{i}")), b, l);
-            let after = pick(raw.run(len, PROBE));
+            let after = pick(raw.run(len, probe_len()));
             let base = (before + after) / 2.0;
             let rate = if big(l) { o.mib } else { o.ops };
             if big(l) {
@@ -231,8 +243,10 @@ fn main() {
         eprintln!("round {} done after {:.0?}", round + 1, started.elapsed());
     }
     println!(
-        "group_commit: {rounds} rounds of {ROUND:?} per workload, each paired with raw-loop probes of \
-         {PROBE:?} before and after; ratio = engine / mean(probes), pairs whose probes differ > 2x dropped"
+        "group_commit: {rounds} rounds of {:?} per workload, each paired with raw-loop probes of \
+         {:?} before and after; ratio = engine / mean(probes), pairs whose probes differ > 2x dropped",
+        round_len(),
+        probe_len()
     );
     if !raws.is_empty() {
         let (lo, hi) =

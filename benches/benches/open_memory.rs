@@ -20,7 +20,7 @@
 use std::path::Path;
 use std::time::Instant;
 use wal::{Epoch, Options, Wal};
-use wal_benches::median;
+use wal_benches::{median, scaled};
 
 const ENTRY: usize = 1024;
 const ROUNDS: usize = 5;
@@ -133,7 +133,8 @@ fn main() {
     }
     let max_mib: u64 = std::env::var("OPEN_MEMORY_MAX_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
     println!(
-        "open_memory: 1 KiB entries, 64 MiB segments, warm page cache, {ROUNDS} interleaved rounds, medians"
+        "open_memory: 1 KiB entries, 64 MiB segments, warm page cache, {} interleaved rounds, medians",
+        scaled(ROUNDS, 1)
     );
     println!(
         "{:>9} {:>9} {:>12} {:>12} {:>12} {:>11} {:>11} {:>11} {:>11} {:>11}",
@@ -148,13 +149,13 @@ fn main() {
         "verify anon",
         "verify file"
     );
-    for size_mib in [64u64, 256, 1024].into_iter().filter(|&s| s <= max_mib) {
+    for size_mib in scaled(vec![64u64, 256, 1024], vec![16]).into_iter().filter(|&s| s <= max_mib) {
         let root = tempfile::Builder::new().prefix("wal-open-").tempdir_in("/tmp").expect("tempdir");
         let (dir, crash) = (root.path().join("log"), root.path().join("crash"));
         let n = build(&dir, &crash, size_mib << 20);
         let (mut clean, mut crashed, mut replay) = (Vec::new(), Vec::new(), Vec::new());
         let (mut rp, mut vp) = (Peak::default(), Peak::default());
-        for _ in 0..ROUNDS {
+        for _ in 0..scaled(ROUNDS, 1) {
             clean.push(time_open(&dir));
             crashed.push(time_open(&crash));
             let (s, count, p) = time_replay(&dir);

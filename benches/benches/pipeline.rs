@@ -21,10 +21,17 @@ use std::time::{Duration, Instant};
 use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal::state::{EntryKind, Envelope};
 use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Options, Wal};
-use wal_benches::{median, percentile};
+use wal_benches::{median, percentile, scaled};
 
-const ROUND: Duration = Duration::from_millis(1500);
-const ROUNDS: usize = 5;
+/// The timed length of one workload run, and the number of interleaved rounds (tiny in a smoke
+/// run, see `wal_benches::smoke`).
+fn round_len() -> Duration {
+    scaled(Duration::from_millis(1500), Duration::from_millis(30))
+}
+
+fn rounds() -> usize {
+    scaled(5, 1)
+}
 
 fn body(t: usize, n: u64) -> Vec<u8> {
     Command::Create {
@@ -42,7 +49,7 @@ struct Run {
 }
 
 fn log_opts() -> Options {
-    Options { segment_len_bytes: 64 << 20, create: true, ..Options::default() }
+    Options { segment_len_bytes: scaled(64 << 20, 8 << 20), create: true, ..Options::default() }
 }
 
 /// Runs `threads` submitters for one round; `window` entries in flight per submitter.
@@ -60,7 +67,7 @@ fn drive<W: FnOnce() + Send + 'static>(
                 let mut lat = Vec::new();
                 let mut inflight = VecDeque::new();
                 let mut n = 0u64;
-                while start.elapsed() < ROUND {
+                while start.elapsed() < round_len() {
                     while inflight.len() < window {
                         inflight.push_back((Instant::now(), submit(t, n)));
                         n += 1;
@@ -141,7 +148,7 @@ fn main() {
         ("pipeline-w64", 1, 64),
     ];
     let mut results: Vec<Vec<Run>> = (0..work.len()).map(|_| Vec::new()).collect();
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         for k in 0..work.len() {
             let i = (k + round) % work.len();
             let (name, threads, window) = work[i];
@@ -154,7 +161,11 @@ fn main() {
             results[i].push(r);
         }
     }
-    println!("pipeline: ~256-byte catalog creates, {ROUNDS} interleaved rounds of {ROUND:?}, medians");
+    println!(
+        "pipeline: ~256-byte catalog creates, {} interleaved rounds of {:?}, medians",
+        rounds(),
+        round_len()
+    );
     println!(
         "{:<14} {:>10} {:>10} {:>10} {:>9} {:>9} {:>12}",
         "workload", "median/s", "min/s", "max/s", "p50 us", "p99 us", "vs log"

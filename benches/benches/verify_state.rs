@@ -16,18 +16,21 @@ use std::time::Instant;
 use verifier::state::{check_state, verify_with_state, StateOptions, StateVerdict};
 use wal::state::{Applier, EntryKind, Envelope, DEDUPE_WINDOW_META_KEY};
 use wal::{Epoch, Lsn, Options, Wal};
-use wal_benches::median;
+use wal_benches::{median, scaled};
 
-const ENTRIES: u64 = 200_000;
+/// Entries in the log (a few thousand in a smoke run, see `wal_benches::smoke`).
+fn entry_count() -> u64 {
+    scaled(200_000, 5_000)
+}
 const WINDOW: u64 = 1 << 20;
 
 fn build(dir: &Path) -> u64 {
-    let opts = Options { segment_len_bytes: 64 << 20, ..Options::default() };
+    let opts = Options { segment_len_bytes: scaled(64 << 20, 8 << 20), ..Options::default() };
     let (mut log, _) = Wal::open(dir, opts).unwrap();
     log.set_meta(DEDUPE_WINDOW_META_KEY, &WINDOW.to_le_bytes()).unwrap();
     let mut a = Applier::new(Catalog::new(), WINDOW);
     let mut bytes = 0u64;
-    for i in 0..ENTRIES {
+    for i in 0..entry_count() {
         let cmd = if i == 0 {
             Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] }
         } else {
@@ -49,9 +52,9 @@ fn build(dir: &Path) -> u64 {
             log.flush().unwrap();
         }
     }
-    log.checkpoint(Epoch(0), Lsn(ENTRIES), &a.checkpoint()).unwrap();
+    log.checkpoint(Epoch(0), Lsn(entry_count()), &a.checkpoint()).unwrap();
     log.close().unwrap();
-    bytes / ENTRIES
+    bytes / entry_count()
 }
 
 fn main() {
@@ -65,7 +68,7 @@ fn main() {
     let r = check_state(d.path(), wal::CrcVerdict::Ok, &StateOptions::default(), &spec);
     assert_eq!(r.verdict, StateVerdict::Clean, "{}", r.summary());
     let c = r.compare.unwrap();
-    assert_eq!((c.entries_applied, c.verified_through), (ENTRIES, Some(Lsn(ENTRIES))));
+    assert_eq!((c.entries_applied, c.verified_through), (entry_count(), Some(Lsn(entry_count()))));
     let bufs: Vec<Vec<u8>> = (0..4096).map(|i| vec![(i % 251) as u8; 256]).collect();
     // The same entries in memory, to time the apply seam and the catalog alone.
     let (log, _) = Wal::open(d.path(), Options { read_only: true, ..Options::default() }).unwrap();
@@ -74,7 +77,8 @@ fn main() {
     let (mut full, mut two, mut state, mut crc, mut b3) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut apply = Vec::new();
-    for _ in 0..7 {
+    let rounds = scaled(7, 1);
+    for _ in 0..rounds {
         // What `walcheck verify` does: the CRC scan feeding the replay in one pass.
         let t = Instant::now();
         let rep = verify_with_state(d.path(), false, &StateOptions::default(), &spec, &mut |_| {});
@@ -94,7 +98,7 @@ fn main() {
         assert_eq!(s.verdict, StateVerdict::Clean);
         let t = Instant::now();
         let mut x = 0u8;
-        for i in 0..ENTRIES as usize {
+        for i in 0..entry_count() as usize {
             x ^= blake3::hash(&bufs[i % bufs.len()]).as_bytes()[0];
         }
         b3.push(t.elapsed().as_secs_f64());
@@ -108,8 +112,12 @@ fn main() {
         drop(a);
         apply.push(t.elapsed().as_secs_f64());
     }
-    let rate = |v: &[f64]| ENTRIES as f64 / median(&mut v.to_vec());
-    println!("verify_state: {ENTRIES} catalog entries of about {avg} bytes, 7 interleaved rounds, medians");
+    let rate = |v: &[f64]| entry_count() as f64 / median(&mut v.to_vec());
+    println!(
+        "verify_state: {} catalog entries of about {avg} bytes, {} interleaved rounds, medians",
+        entry_count(),
+        rounds
+    );
     println!("{:<34} {:>14} {:>10}", "operation", "entries/s", "vs blake3");
     let b3r = rate(&b3);
     for (name, v) in [

@@ -12,3 +12,20 @@ pub fn percentile(v: &[f64], q: f64) -> f64 {
     s.sort_by(f64::total_cmp);
     s[((s.len() - 1) as f64 * q) as usize]
 }
+
+/// True when a benchmark binary runs as a smoke test rather than a measurement: under
+/// `cargo test` (cargo passes `--bench` only from `cargo bench`) or with `WAL_BENCH_SMOKE=1`.
+/// The benchmarks with their own `main` then run every workload once at a tiny size, so CI
+/// runs their code without spending minutes; the numbers they print mean nothing.
+pub fn smoke() -> bool {
+    std::env::var_os("WAL_BENCH_SMOKE").is_some_and(|v| v == "1") || !std::env::args().any(|a| a == "--bench")
+}
+
+/// `full`, or `small` in a smoke run (see [`smoke`]).
+pub fn scaled<T>(full: T, small: T) -> T {
+    if smoke() {
+        small
+    } else {
+        full
+    }
+}
