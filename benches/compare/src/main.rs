@@ -1,9 +1,10 @@
 //! Side-by-side comparison (issue 8): this engine (`wal`), raft-engine 0.4.2, okaywal 0.3.1 and a
 //! raw preallocated pwrite + fdatasync loop, in one process, on the same workloads.
 //!
-//! Rounds rotate the order of the engines; before each engine's block a short raw fdatasync
-//! loop probes the disk, and a round whose probes moved more than 2x from its first probe is
-//! discarded. Medians with min/max, latency percentiles and this engine's same-round ratio to
+//! A round runs every workload in turn, and every engine back to back on each (the order of
+//! the engines rotates from round to round); before each engine's run a short raw fdatasync
+//! loop probes the disk, and a workload's round whose probes moved more than 2x from its first
+//! probe is discarded. Medians with min/max, latency percentiles and this engine's same-round ratio to
 //! each other engine are printed as Markdown. See `README.md` for the workloads and caveats.
 //!
 //! ```sh
@@ -165,10 +166,15 @@ pub struct Sample {
 #[derive(Clone, Debug, Default)]
 pub struct Probe {
     pub round: usize,
+    /// The workload group the probe preceded (its first workload); empty in files written
+    /// before rounds were split by workload, when one probe preceded an engine's whole block.
+    pub workload: String,
     pub before: String,
     pub syncs_per_s: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// Whether the group's round was kept (every probe within 2x of its first).
+    pub kept: bool,
 }
 
 /// Incompressible filler; every entry starts with `seq u64 LE | stream u32 LE | 4 zero bytes`.
@@ -370,57 +376,52 @@ fn pipelined(
     Ok(Measured { secs, entries: seq, bytes: seq * len as u64, cpu_s: cpu_secs() - cpu0, lat })
 }
 
-/// Runs one engine's block of a round: every selected workload, each in a fresh directory.
-fn engine_block(cfg: &Cfg, base: &Path, engine: &str, round: usize, filler: &Filler) -> Res<Vec<Sample>> {
-    let mut out = Vec::new();
+/// Runs one time-bound synced workload for one engine, in a fresh directory.
+fn synced(cfg: &Cfg, base: &Path, engine: &str, w: &str, round: usize, filler: &Filler) -> Res<Sample> {
     let dur = Duration::from_secs_f64(cfg.secs);
     let warm = Duration::from_secs_f64(cfg.warmup);
-    let want = |w: &str| cfg.workloads.iter().any(|x| x == w) && applies(engine, w);
     let raw_bytes: u64 = if cfg.quick { 16 << 20 } else { 64 << 20 };
-    let fresh = |w: &str| -> PathBuf {
-        let d = base.join(format!("{engine}-{w}-r{round}"));
-        let _ = std::fs::remove_dir_all(&d);
-        d
-    };
-    for w in ["durable-1", "durable-8", "durable-64", "batch4k-64", "pipelined", "pipelined-1m"] {
-        if !want(w) {
-            continue;
-        }
-        let dir = fresh(w);
-        let m = if engine == "wal" && w.starts_with("pipelined") {
-            let log = engines::WalEngine::open(&dir)?;
-            sync_all_fs();
-            let (window, len) = if w == "pipelined" { (cfg.window, 256) } else { (cfg.window_1m, 1 << 20) };
-            pipelined(&log, filler, window, len, warm)?;
-            let m = pipelined(&log, filler, window, len, dur)?;
-            Box::new(log).close()?;
-            m
-        } else {
-            let log = engines::open(engine, &dir, Mode::Synced { raw_bytes })?;
-            sync_all_fs();
-            let m = match w {
-                "durable-1" => writers(&*log, filler, 1, 1, 256, warm, dur)?,
-                "durable-8" => writers(&*log, filler, 8, 1, 256, warm, dur)?,
-                "durable-64" => writers(&*log, filler, 64, 1, 256, warm, dur)?,
-                "batch4k-64" => writers(&*log, filler, 1, 64, 4096, warm, dur)?,
-                // The raw loop's 1 MiB write + fdatasync, one at a time.
-                "pipelined-1m" => writers(&*log, filler, 1, 1, 1 << 20, warm, dur)?,
-                other => return Err(format!("{engine} does not run {other}").into()),
-            };
-            log.close()?;
-            m
+    let dir = fresh(base, engine, w, round);
+    let m = if engine == "wal" && w.starts_with("pipelined") {
+        let log = engines::WalEngine::open(&dir)?;
+        sync_all_fs();
+        let (window, len) = if w == "pipelined" { (cfg.window, 256) } else { (cfg.window_1m, 1 << 20) };
+        pipelined(&log, filler, window, len, warm)?;
+        let m = pipelined(&log, filler, window, len, dur)?;
+        Box::new(log).close()?;
+        m
+    } else {
+        let log = engines::open(engine, &dir, Mode::Synced { raw_bytes })?;
+        sync_all_fs();
+        let m = match w {
+            "durable-1" => writers(&*log, filler, 1, 1, 256, warm, dur)?,
+            "durable-8" => writers(&*log, filler, 8, 1, 256, warm, dur)?,
+            "durable-64" => writers(&*log, filler, 64, 1, 256, warm, dur)?,
+            "batch4k-64" => writers(&*log, filler, 1, 64, 4096, warm, dur)?,
+            // The raw loop's 1 MiB write + fdatasync, one at a time.
+            "pipelined-1m" => writers(&*log, filler, 1, 1, 1 << 20, warm, dur)?,
+            other => return Err(format!("{engine} does not run {other}").into()),
         };
-        out.push(m.sample(engine, w));
-        report::progress(out.last());
-        remove(&dir);
-    }
-    if !["bulk-1k", "replay-warm", "replay-cold"].iter().any(|w| want(w)) {
-        return Ok(out);
-    }
-    // The bulk load, then the replays of what it wrote.
+        log.close()?;
+        m
+    };
+    remove(&dir);
+    Ok(m.sample(engine, w))
+}
+
+fn fresh(base: &Path, engine: &str, w: &str, round: usize) -> PathBuf {
+    let d = base.join(format!("{engine}-{w}-r{round}"));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// The bulk load for one engine, then the selected replays of what it wrote.
+fn bulk(cfg: &Cfg, base: &Path, engine: &str, round: usize, filler: &Filler) -> Res<Vec<Sample>> {
     const LEN: usize = 1024;
+    let want = |w: &str| cfg.workloads.iter().any(|x| x == w);
+    let mut out = Vec::new();
     let n = (cfg.bulk_mib << 20) / LEN as u64;
-    let dir = fresh("bulk-1k");
+    let dir = fresh(base, engine, "bulk-1k", round);
     let log = engines::open(engine, &dir, Mode::Bulk { bytes: n * (LEN as u64 + engines::RAW_HEADER) })?;
     sync_all_fs();
     let mut lat = Vec::with_capacity(n as usize);
@@ -450,6 +451,46 @@ fn engine_block(cfg: &Cfg, base: &Path, engine: &str, round: usize, filler: &Fil
         report::progress(out.last());
     }
     remove(&dir);
+    Ok(out)
+}
+
+/// The groups a round runs, in order: each time-bound workload alone, then the bulk load with
+/// the replays of its log. Every engine runs a group back to back (order rotated per round), so
+/// the engines' runs of one workload are seconds apart rather than a whole block apart: the
+/// disk's regime, which moves over minutes, is shared by the runs a ratio compares.
+fn groups(cfg: &Cfg) -> Vec<Vec<&'static str>> {
+    let want = |w: &str| cfg.workloads.iter().any(|x| x == w);
+    let mut g: Vec<Vec<&'static str>> =
+        ["durable-1", "durable-8", "durable-64", "batch4k-64", "pipelined", "pipelined-1m"]
+            .into_iter()
+            .filter(|w| want(w))
+            .map(|w| vec![w])
+            .collect();
+    let tail: Vec<&'static str> =
+        ["bulk-1k", "replay-warm", "replay-cold"].into_iter().filter(|w| want(w)).collect();
+    if !tail.is_empty() {
+        g.push(tail);
+    }
+    g
+}
+
+/// Runs one engine's part of a group.
+fn run_group(
+    cfg: &Cfg,
+    base: &Path,
+    engine: &str,
+    group: &[&str],
+    round: usize,
+    filler: &Filler,
+) -> Res<Vec<Sample>> {
+    if group.iter().any(|w| ["bulk-1k", "replay-warm", "replay-cold"].contains(w)) {
+        return bulk(cfg, base, engine, round, filler);
+    }
+    let mut out = Vec::new();
+    for w in group.iter().filter(|w| applies(engine, w)) {
+        out.push(synced(cfg, base, engine, w, round, filler)?);
+        report::progress(out.last());
+    }
     Ok(out)
 }
 
@@ -501,40 +542,62 @@ fn run_in(cfg: &Cfg, base: &Path) -> Res<()> {
         base.display()
     );
     let (mut samples, mut probes) = (Vec::new(), Vec::new());
+    let groups = groups(cfg);
     for round in 0..cfg.rounds {
-        let n = cfg.engines.len();
-        let order: Vec<&String> = (0..n).map(|k| &cfg.engines[(k + round) % n]).collect();
-        let (mut rs, mut rp) = (Vec::new(), Vec::<Probe>::new());
-        for (slot, engine) in order.iter().enumerate() {
-            let (rate, p50, p99) = engines::probe(&probe_file, cfg.probe_ms)?;
-            eprintln!("round {round} probe before {engine}: {rate:.0} fdatasync/s (p50 {p50:.0} us)");
-            rp.push(Probe { round, before: engine.to_string(), syncs_per_s: rate, p50_us: p50, p99_us: p99 });
-            for mut s in engine_block(cfg, base, engine, round, &filler)? {
-                s.round = round;
-                s.slot = slot;
-                s.probe = rate;
-                rs.push(s);
+        for group in &groups {
+            let label = group[0];
+            let in_group: Vec<&String> =
+                cfg.engines.iter().filter(|e| group.iter().any(|w| applies(e, w))).collect();
+            let n = in_group.len();
+            let order: Vec<&String> = (0..n).map(|k| in_group[(k + round) % n]).collect();
+            let (mut rs, mut rp) = (Vec::new(), Vec::<Probe>::new());
+            for (slot, engine) in order.iter().enumerate() {
+                let (rate, p50, p99) = engines::probe(&probe_file, cfg.probe_ms)?;
+                eprintln!(
+                    "round {round} {label}: probe before {engine}: {rate:.0} fdatasync/s (p50 {p50:.0} us)"
+                );
+                rp.push(Probe {
+                    round,
+                    workload: label.to_string(),
+                    before: engine.to_string(),
+                    syncs_per_s: rate,
+                    p50_us: p50,
+                    p99_us: p99,
+                    kept: true,
+                });
+                for mut s in run_group(cfg, base, engine, group, round, &filler)? {
+                    s.round = round;
+                    s.slot = slot;
+                    s.probe = rate;
+                    rs.push(s);
+                }
             }
-        }
-        let first = rp.first().map_or(0.0, |p| p.syncs_per_s);
-        let kept = rp.iter().all(|p| p.syncs_per_s <= 2.0 * first && p.syncs_per_s >= first / 2.0);
-        eprintln!("round {round}: {}", if kept { "kept" } else { "DISCARDED (a probe moved more than 2x)" });
-        for s in &mut rs {
-            s.kept = kept;
-        }
-        if let Some(f) = &mut json {
-            let (now, load) =
-                (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(), load1());
-            for p in &rp {
-                writeln!(f, "{}", report::probe_json(p, kept, started, now))?;
+            let first = rp.first().map_or(0.0, |p| p.syncs_per_s);
+            let kept = rp.iter().all(|p| p.syncs_per_s <= 2.0 * first && p.syncs_per_s >= first / 2.0);
+            if !kept {
+                eprintln!("round {round} {label}: DISCARDED (a probe moved more than 2x)");
             }
-            for s in &rs {
-                writeln!(f, "{}", report::sample_json(s, cfg, started, now, load))?;
+            for s in &mut rs {
+                s.kept = kept;
             }
-            f.flush()?;
+            for p in &mut rp {
+                p.kept = kept;
+            }
+            if let Some(f) = &mut json {
+                let (now, load) =
+                    (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(), load1());
+                for p in &rp {
+                    writeln!(f, "{}", report::probe_json(p, started, now))?;
+                }
+                for s in &rs {
+                    writeln!(f, "{}", report::sample_json(s, cfg, started, now, load))?;
+                }
+                f.flush()?;
+            }
+            samples.extend(rs);
+            probes.extend(rp);
         }
-        samples.extend(rs);
-        probes.extend(rp);
+        eprintln!("round {round} done");
     }
     eprintln!("load at the end {:.2}", load1());
     print!("{}", report::render(&samples, &probes, &cfg.engines));

@@ -79,14 +79,15 @@ pub fn sample_json(s: &Sample, cfg: &Cfg, started: u64, now: u64, load1: f64) ->
     .to_string()
 }
 
-pub fn probe_json(p: &Probe, kept: bool, started: u64, now: u64) -> String {
+pub fn probe_json(p: &Probe, started: u64, now: u64) -> String {
     json!({
         "kind": "probe",
         "engine": "probe",
         "workload": "probe",
         "round": p.round,
+        "before_workload": p.workload,
         "before": p.before,
-        "kept": kept,
+        "kept": p.kept,
         "ops_per_s": p.syncs_per_s,
         "mib_per_s": p.syncs_per_s * 4096.0 / (1 << 20) as f64,
         "p50_us": p.p50_us,
@@ -110,6 +111,8 @@ pub fn from_json(path: &Path) -> Res<(Vec<Sample>, Vec<Probe>, Vec<String>)> {
         match v.get("kind").and_then(Value::as_str) {
             Some("probe") => probes.push(Probe {
                 round,
+                workload: s("before_workload"),
+                kept: v.get("kept").and_then(Value::as_bool).unwrap_or(true),
                 before: s("before"),
                 syncs_per_s: f("ops_per_s").unwrap_or(0.0),
                 p50_us: f("p50_us").unwrap_or(0.0),
@@ -211,28 +214,35 @@ pub fn render(samples: &[Sample], probes: &[Probe], engines: &[String]) -> Strin
     let mut o = String::new();
     let (ss, any_kept) = usable(samples);
     let all_rounds = rounds_of(&samples.iter().collect::<Vec<_>>());
-    let kept_rounds = rounds_of(&samples.iter().filter(|s| s.kept).collect::<Vec<_>>());
-    let _ = writeln!(o, "\n### Disk probes (4 KiB pwrite + fdatasync before each engine's block)\n");
-    let _ = writeln!(o, "| round | probes in engine order (fdatasync/s) | max/min | kept |");
-    let _ = writeln!(o, "|---|---|---|---|");
-    for r in &all_rounds {
-        let ps: Vec<&Probe> = probes.iter().filter(|p| p.round == *r).collect();
+    let _ = writeln!(o, "\n### Disk probes (4 KiB pwrite + fdatasync before each engine's run)\n");
+    let _ = writeln!(o, "| round | before | probes in engine order (fdatasync/s) | max/min | kept |");
+    let _ = writeln!(o, "|---|---|---|---|---|");
+    let mut groups: Vec<(usize, &str)> = probes.iter().map(|p| (p.round, p.workload.as_str())).collect();
+    groups.dedup();
+    for (r, w) in &groups {
+        let ps: Vec<&Probe> = probes.iter().filter(|p| p.round == *r && p.workload == *w).collect();
         let text: Vec<String> = ps.iter().map(|p| format!("{} {:.0}", p.before, p.syncs_per_s)).collect();
         let lo = ps.iter().map(|p| p.syncs_per_s).fold(f64::INFINITY, f64::min);
         let hi = ps.iter().map(|p| p.syncs_per_s).fold(0.0, f64::max);
+        let kept = ps.iter().all(|p| p.kept);
+        let w = if w.is_empty() { "every workload" } else { w };
         let _ = writeln!(
             o,
-            "| {r} | {} | {:.2} | {} |",
+            "| {r} | {w} | {} | {:.2} | {} |",
             text.join(", "),
             hi / lo,
-            if kept_rounds.contains(r) { "yes" } else { "no" }
+            if kept { "yes" } else { "no" }
         );
     }
+    let kept_groups = groups
+        .iter()
+        .filter(|(r, w)| probes.iter().filter(|p| p.round == *r && p.workload == *w).all(|p| p.kept))
+        .count();
     let _ = writeln!(
         o,
-        "\n{} of {} rounds kept{}. Cells: median [min-max] over those rounds; ratios are computed \
-         within each round, then summarised the same way.",
-        kept_rounds.len(),
+        "\n{kept_groups} of {} probed runs kept ({} rounds){}. Cells: median [min-max] over the kept \
+         rounds of each workload; ratios are computed within each round, then summarised the same way.",
+        groups.len(),
         all_rounds.len(),
         if any_kept { "" } else { " (none was: every round is shown, treat as indicative only)" }
     );
