@@ -14,6 +14,7 @@
 //! ```
 
 mod engines;
+mod plot;
 mod report;
 
 use engines::{Engine, Mode, Res};
@@ -52,6 +53,7 @@ compare: wal vs raft-engine vs okaywal vs a raw fdatasync loop (issue 8)
   --dir DIR          where the logs are made (default /tmp); a fresh subdirectory is used
   --json FILE        append one JSON object per sample and per probe to FILE
   --report FILE      print the tables from a JSON file instead of running
+  --plot DIR         also write throughput-vs-writers.svg and latency-vs-writers.svg there
 ";
 
 #[derive(Clone, Debug)]
@@ -69,6 +71,7 @@ pub struct Cfg {
     pub dir: PathBuf,
     pub json: Option<PathBuf>,
     pub report: Option<PathBuf>,
+    pub plot: Option<PathBuf>,
 }
 
 fn list(v: &str, allowed: &[&str]) -> Res<Vec<String>> {
@@ -98,6 +101,7 @@ fn parse_args() -> Res<Cfg> {
         dir: PathBuf::from("/tmp"),
         json: None,
         report: None,
+        plot: None,
     };
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
@@ -116,6 +120,7 @@ fn parse_args() -> Res<Cfg> {
             "--dir" => c.dir = PathBuf::from(val()?),
             "--json" => c.json = Some(PathBuf::from(val()?)),
             "--report" => c.report = Some(PathBuf::from(val()?)),
+            "--plot" => c.plot = Some(PathBuf::from(val()?)),
             "-h" | "--help" => {
                 print!("{HELP}");
                 std::process::exit(0);
@@ -601,6 +606,9 @@ fn run_in(cfg: &Cfg, base: &Path) -> Res<()> {
     }
     eprintln!("load at the end {:.2}", load1());
     print!("{}", report::render(&samples, &probes, &cfg.engines));
+    if let Some(dir) = &cfg.plot {
+        plot::write(dir, &report::usable(&samples).0, &cfg.engines)?;
+    }
     Ok(())
 }
 
@@ -613,7 +621,13 @@ fn main() {
         }
     };
     let r = match &cfg.report {
-        Some(p) => report::from_json(p).map(|(s, p, engines)| print!("{}", report::render(&s, &p, &engines))),
+        Some(p) => report::from_json(p).and_then(|(s, p, engines)| {
+            print!("{}", report::render(&s, &p, &engines));
+            match &cfg.plot {
+                Some(dir) => plot::write(dir, &report::usable(&s).0, &engines),
+                None => Ok(()),
+            }
+        }),
         None => run(&cfg),
     };
     if let Err(e) = r {

@@ -171,7 +171,7 @@ fn spread(v: &[f64], digits: usize) -> String {
 }
 
 /// The samples the tables use: the kept rounds, or every round if none was kept.
-fn usable(samples: &[Sample]) -> (Vec<&Sample>, bool) {
+pub fn usable(samples: &[Sample]) -> (Vec<&Sample>, bool) {
     let kept: Vec<&Sample> = samples.iter().filter(|s| s.kept).collect();
     if kept.is_empty() {
         (samples.iter().collect(), false)
