@@ -60,7 +60,9 @@ pub mod ticket;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
 pub use io_thread::{AsyncOptions, AsyncWal, Durability, Payload, WhenFull};
-pub use log::{Backend, Checkpoint, OpenReport, Options, PurgeReport, Wal};
+pub use log::{
+    Backend, Checkpoint, OpenReport, Options, PurgeReport, SegmentFill, Wal, RESERVE_BYTES_PER_SYNC,
+};
 pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
 pub use replay::{Bound, Item, ItemKind, Replay};
 pub use ticket::{Completion, DurableFuture, Failure, Notify, Stage, Ticket};

@@ -104,7 +104,31 @@ pub struct Options {
     /// the same outcome as a real disk full (the entry is refused, the log stays usable).
     /// `None`: only the file system limits the log.
     pub max_log_bytes: Option<u64>,
+    /// How new segment files get their zero bytes (FORMAT.md section 4: both read the same).
+    pub segment_fill: SegmentFill,
 }
+
+/// How a new segment file is made of zeros before records overwrite it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SegmentFill {
+    /// Zeros written (the default for a log that syncs often), but a reservation for the
+    /// next segment when the segment just sealed took at most one fdatasync per
+    /// [`RESERVE_BYTES_PER_SYNC`] bytes: a bulk writer then writes its bytes once, not twice.
+    #[default]
+    Adaptive,
+    /// Always written: every fdatasync overwrites blocks that are allocated and initialized,
+    /// the cheapest sync this file system has.
+    Zeros,
+    /// Always reserved (`fallocate`; written where the file system cannot reserve): no
+    /// writeback for the zeros, but each sync over fresh blocks also commits the journal.
+    Reserved,
+}
+
+/// [`SegmentFill::Adaptive`]'s threshold. Writing a segment's zeros costs its length in disk
+/// bandwidth once; reserving it costs a journal commit (about 0.1 ms here, `limits.md` S5) at
+/// each sync. At one sync per MiB or fewer, the zeros cost over ten times more disk time than
+/// the commits, and each commit adds under 10% to a sync that flushes a MiB (S11).
+pub const RESERVE_BYTES_PER_SYNC: u64 = 1 << 20;
 
 impl Default for Options {
     fn default() -> Self {
@@ -119,6 +143,7 @@ impl Default for Options {
             backend: Backend::Auto,
             prepare_in_background: true,
             max_log_bytes: None,
+            segment_fill: SegmentFill::Adaptive,
         }
     }
 }
@@ -223,6 +248,11 @@ pub struct Wal {
     pub(crate) poisoned: Option<String>,
     /// The next segment being prepared on a helper thread.
     pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<()>>)>,
+    /// Completed data syncs since the active segment was activated; `None` before the first
+    /// activation of this process (nothing to judge the next segment's fill on).
+    pub(crate) syncs_in_segment: Option<u64>,
+    /// Whether new segment files are reserved rather than written (see [`SegmentFill`]).
+    pub(crate) reserve_segments: bool,
     pub(crate) token: u64,
     pub(crate) closed: bool,
     pub(crate) pipe: Pipelined,
@@ -546,6 +576,7 @@ impl Wal {
         let seq = self.segments.last().map_or(self.meta.floor_segment_seq.get(), |s| s.seq + 1);
         let seg_len = self.opts.segment_len_bytes;
         let name = segment_file_name(seq);
+        self.choose_fill();
         self.finish_preparing(Some(seq));
         let file = if self.spares.contains(&seq) {
             let f =
@@ -598,9 +629,27 @@ impl Wal {
         Ok(())
     }
 
+    /// Decides, at an activation, how the next segment files get their zeros: on the
+    /// segment just sealed, by how many syncs its bytes took (one sync closes the seal).
+    fn choose_fill(&mut self) {
+        let last = self.syncs_in_segment.replace(0);
+        self.reserve_segments = match self.opts.segment_fill {
+            SegmentFill::Zeros => false,
+            SegmentFill::Reserved => true,
+            SegmentFill::Adaptive => last.is_some_and(|syncs| {
+                syncs.saturating_sub(1) * RESERVE_BYTES_PER_SYNC <= u64::from(self.opts.segment_len_bytes)
+            }),
+        };
+    }
+
     fn create_segment(&mut self, name: &str, len: u32) -> Result<FileId> {
         let st = self.storage.clone();
-        st.prepare_file(name, len.into()).map_err(|e| self.fail_io(format!("preparing {name}"), e))?;
+        let r = if self.reserve_segments {
+            st.prepare_file_reserved(name, len.into())
+        } else {
+            st.prepare_file(name, len.into())
+        };
+        r.map_err(|e| self.fail_io(format!("preparing {name}"), e))?;
         st.open(name, false).map_err(|e| self.fail_io(format!("opening {name}"), e))
     }
 
@@ -616,8 +665,14 @@ impl Wal {
         }
         let (st, name, len) =
             (self.storage.clone(), segment_file_name(seq), u64::from(self.opts.segment_len_bytes));
-        let spawned =
-            std::thread::Builder::new().name("wal-prepare".into()).spawn(move || st.prepare_file(&name, len));
+        let reserve = self.reserve_segments;
+        let spawned = std::thread::Builder::new().name("wal-prepare".into()).spawn(move || {
+            if reserve {
+                st.prepare_file_reserved(&name, len)
+            } else {
+                st.prepare_file(&name, len)
+            }
+        });
         // If no thread can be started, the rotation prepares the segment itself.
         if let Ok(h) = spawned {
             self.preparing = Some((seq, h));
@@ -746,6 +801,9 @@ impl Wal {
         self.durable_seq = seq;
         self.durable_logical = logical;
         self.durable_end = end;
+        if let Some(n) = &mut self.syncs_in_segment {
+            *n += 1;
+        }
         Ok(())
     }
 

@@ -166,6 +166,8 @@ impl Wal {
             staged: Staged::default(),
             poisoned: None,
             preparing: None,
+            syncs_in_segment: None,
+            reserve_segments: false,
             token: 0,
             closed: false,
             pipe: Default::default(),

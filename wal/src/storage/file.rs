@@ -117,6 +117,51 @@ impl FileStorage {
     }
 }
 
+impl FileStorage {
+    /// Creates `name` as `len` zero bytes, reserved with `fallocate` when `reserve` and the file
+    /// system supports it (written otherwise), then syncs it and the directory; on failure
+    /// nothing of it stays.
+    fn prepare(&self, name: &str, len: u64, reserve: bool) -> io::Result<()> {
+        let path = self.dir.join(name);
+        let r = (|| {
+            let f = OpenOptions::new().write(true).create_new(true).open(&path)?;
+            if !(reserve && reserve_blocks(&f, len)?) {
+                let zeros = vec![0u8; ZERO_CHUNK];
+                let mut at = 0u64;
+                while at < len {
+                    let n = ((len - at) as usize).min(ZERO_CHUNK);
+                    f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
+                    at += n as u64;
+                }
+            }
+            f.sync_data()?;
+            File::open(&self.dir)?.sync_all()
+        })();
+        if r.is_err() {
+            let _ = std::fs::remove_file(&path);
+            let _ = File::open(&self.dir).and_then(|d| d.sync_all());
+        }
+        r
+    }
+}
+
+/// Reserves `len` bytes of blocks for `f` (its size becomes `len`; reads give zeros). Ok(false)
+/// when the file system cannot (the caller writes the zeros instead); a real error, such as no
+/// space, is returned as it is, so a full disk is found here and not at a later write.
+#[cfg(target_os = "linux")]
+fn reserve_blocks(f: &File, len: u64) -> io::Result<bool> {
+    match rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) => Ok(true),
+        Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn reserve_blocks(_f: &File, _len: u64) -> io::Result<bool> {
+    Ok(false)
+}
+
 impl Storage for FileStorage {
     fn list(&self) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
@@ -213,24 +258,11 @@ impl Storage for FileStorage {
     }
 
     fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
-        let path = self.dir.join(name);
-        let r = (|| {
-            let f = OpenOptions::new().write(true).create_new(true).open(&path)?;
-            let zeros = vec![0u8; ZERO_CHUNK];
-            let mut at = 0u64;
-            while at < len {
-                let n = ((len - at) as usize).min(ZERO_CHUNK);
-                f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
-                at += n as u64;
-            }
-            f.sync_data()?;
-            File::open(&self.dir)?.sync_all()
-        })();
-        if r.is_err() {
-            let _ = std::fs::remove_file(&path);
-            let _ = File::open(&self.dir).and_then(|d| d.sync_all());
-        }
-        r
+        self.prepare(name, len, false)
+    }
+
+    fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
+        self.prepare(name, len, true)
     }
 
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {

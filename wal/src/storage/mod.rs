@@ -139,6 +139,16 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// call from another thread than the writer's: it never touches the completion queue, which
     /// is how the next segment is prepared in the background.
     fn prepare_file(&self, name: &str, len: u64) -> io::Result<()>;
+    /// [`Storage::prepare_file`] whose blocks may be reserved (`fallocate`) rather than
+    /// written: reads give zeros either way, and a crash leaves the same two outcomes per
+    /// sector, so the format cannot tell them apart. What differs is the cost: a reserved file
+    /// costs no writeback now, but each fdatasync that covers fresh blocks also commits the
+    /// file system's journal (measured here: 0.59x the syncs/s of a written file). The log
+    /// asks for it only when its syncs each flush so much that writing the zeros would cost
+    /// more than those journal commits. The default writes the zeros.
+    fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
+        self.prepare_file(name, len)
+    }
     /// Sleeps until `bell` rings, a submitted operation's completion is ready to reap, or
     /// `timeout` passes, whichever comes first (spurious returns are allowed). The default suits
     /// a backend whose completions are ready when `submit` returns: it waits for the bell only.

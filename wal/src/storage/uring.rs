@@ -381,6 +381,10 @@ impl Storage for UringStorage {
         self.files.prepare_file(name, len)
     }
 
+    fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
+        self.files.prepare_file_reserved(name, len)
+    }
+
     fn wait(&self, bell: &Arc<Bell>, timeout: Option<Duration>) -> io::Result<()> {
         let mut r = self.ring();
         r.arm_bell(bell)?;

@@ -1,0 +1,170 @@
+//! How new segment files get their zeros (`Options::segment_fill`), on real files: written for a
+//! log that syncs often, reserved (`fallocate`) after a segment that took at most one sync per
+//! `RESERVE_BYTES_PER_SYNC` bytes, and a log made of reserved segments reads, verifies and
+//! reopens like any other (the format cannot tell the two apart).
+
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex};
+use wal::storage::{Completion, FileId, FileStorage, LockGuard, Mapping, Storage, Submission};
+use wal::{Epoch, Options, SegmentFill, Wal};
+
+/// `FileStorage` that records how each file was prepared.
+#[derive(Debug)]
+struct Recording {
+    inner: FileStorage,
+    /// (file name, reserved) in the order the preparations started.
+    prepared: Mutex<Vec<(String, bool)>>,
+}
+
+impl Recording {
+    fn prepared(&self) -> Vec<(String, bool)> {
+        self.prepared.lock().unwrap().clone()
+    }
+}
+
+impl Storage for Recording {
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
+        self.inner.open(name, create_new)
+    }
+    fn close(&self, file: FileId) {
+        self.inner.close(file)
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.inner.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn len(&self, file: FileId) -> io::Result<u64> {
+        self.inner.len(file)
+    }
+    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_at(file, offset, buf)
+    }
+    fn map(&self, file: FileId) -> io::Result<Mapping> {
+        self.inner.map(file)
+    }
+    fn submit(&self, sub: Submission) -> io::Result<()> {
+        self.inner.submit(sub)
+    }
+    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
+        self.inner.reap(out, wait)
+    }
+    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
+        self.inner.lock(exclusive)
+    }
+    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
+        self.prepared.lock().unwrap().push((name.to_string(), false));
+        self.inner.prepare_file(name, len)
+    }
+    fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
+        self.prepared.lock().unwrap().push((name.to_string(), true));
+        self.inner.prepare_file_reserved(name, len)
+    }
+}
+
+const SEG: u32 = 256 << 10;
+const ENTRY: usize = 4096;
+
+fn open(dir: &std::path::Path, fill: SegmentFill) -> (Wal, Arc<Recording>) {
+    let st =
+        Arc::new(Recording { inner: FileStorage::new(dir, true).unwrap(), prepared: Mutex::new(Vec::new()) });
+    // Preparation on the appending thread, so the record is complete when a rotation returns.
+    let opts = Options {
+        segment_len_bytes: SEG,
+        prepare_in_background: false,
+        segment_fill: fill,
+        ..Options::default()
+    };
+    let (log, _) = Wal::open_with(st.clone(), opts).unwrap();
+    (log, st)
+}
+
+fn entry(i: u64) -> Vec<u8> {
+    (0..ENTRY).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+/// Appends until `segments` more segment files were prepared (one per rotation: nothing is
+/// prepared in the background), with a sync after every entry or only a flush.
+fn fill(log: &mut Wal, st: &Recording, next: &mut u64, segments: usize, sync_each: bool) {
+    let stop = st.prepared().len() + segments;
+    while st.prepared().len() < stop {
+        log.append(Epoch(0), &entry(*next)).unwrap();
+        *next += 1;
+        if sync_each {
+            log.sync().unwrap();
+        } else {
+            log.flush().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_sync_heavy_segment_keeps_written_zeros_and_a_bulk_one_makes_the_next_reserved() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, st) = open(dir.path(), SegmentFill::Adaptive);
+    let mut next = 0u64;
+    // A sync per 4 KiB entry: 64 syncs in a 256 KiB segment, far more than one per MiB.
+    fill(&mut log, &st, &mut next, 2, true);
+    let phase_a = st.prepared().len();
+    assert!(
+        st.prepared().iter().all(|(_, reserved)| !reserved),
+        "a log syncing every 4 KiB got a reserved segment: {:?}",
+        st.prepared()
+    );
+    // The same entries with no sync but the seal's: the segments after it are reserved.
+    fill(&mut log, &st, &mut next, 2, false);
+    // The first file of this phase was chosen on the last sync-heavy segment, the second on a
+    // bulk one.
+    let b: Vec<bool> = st.prepared()[phase_a..].iter().map(|(_, r)| *r).collect();
+    assert_eq!(b, [false, true], "{:?}", st.prepared());
+    // Back to syncing often: the next decision returns to written zeros.
+    let before = st.prepared().len();
+    fill(&mut log, &st, &mut next, 2, true);
+    let later = st.prepared();
+    assert_eq!(later.last().map(|(_, r)| *r), Some(false), "{later:?}");
+    assert!(later.len() > before);
+    // Every reserved file is the segment's full length, with its blocks allocated (not sparse).
+    for (name, reserved) in st.prepared() {
+        let m = match std::fs::metadata(dir.path().join(&name)) {
+            Ok(m) => m,
+            Err(_) => continue,
+        };
+        assert_eq!(m.len(), u64::from(SEG), "{name}");
+        if reserved {
+            assert!(m.blocks() * 512 >= u64::from(SEG), "{name} is sparse: {} blocks", m.blocks());
+        }
+    }
+    log.close().unwrap();
+    // The log reads back whole, verifies OK (every byte that must be zero is) and carries on.
+    let (mut log, _) = open(dir.path(), SegmentFill::Adaptive);
+    let got = log.replay().unwrap().collect_entries().unwrap();
+    assert_eq!(got.len() as u64, next);
+    for (i, (_, p)) in got.iter().enumerate() {
+        assert_eq!(p, &entry(i as u64), "entry {i}");
+    }
+    log.append(Epoch(0), &entry(next)).unwrap();
+    log.sync().unwrap();
+    log.close().unwrap();
+    let scan = wal::scan_log(&FileStorage::new(dir.path(), false).unwrap(), true).unwrap();
+    assert_eq!(scan.verdict, wal::CrcVerdict::Ok, "{:?}", scan.damage);
+}
+
+#[test]
+fn forced_fills_ignore_the_history() {
+    for (mode, want) in [(SegmentFill::Zeros, false), (SegmentFill::Reserved, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, st) = open(dir.path(), mode);
+        let mut next = 0;
+        // Filled the way that would make `Adaptive` choose the opposite.
+        fill(&mut log, &st, &mut next, 3, !want);
+        let prepared = st.prepared();
+        assert!(prepared.len() >= 3);
+        assert!(prepared.iter().all(|(_, r)| *r == want), "{mode:?}: {prepared:?}");
+        log.close().unwrap();
+    }
+}
