@@ -421,3 +421,18 @@ pub fn compare(dirs: &[PathBuf]) -> Comparison {
     }
     c
 }
+
+/// Every live entry's log id in a node's log, in index order (offline: the node is stopped).
+/// What a test or an operator reads to see which leader wrote each index.
+pub fn log_ids(dir: &Path) -> Result<Vec<crate::LogId>, String> {
+    let o = open(dir)?;
+    let mut replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
+    let mut out = Vec::new();
+    while let Some(item) = replay.next() {
+        let item = item.map_err(|e| format!("replay: {e}"))?;
+        if matches!(item.kind, ItemKind::Entry) {
+            out.push(decode_entry(item.lsn.0, item.payload).map_err(|e| e.to_string())?.log_id);
+        }
+    }
+    Ok(out)
+}
