@@ -2,11 +2,12 @@
 //! "Running a cluster". The logic is in the `wal_raft` library; this file parses arguments.
 //!
 //! Exit codes: `run` 0 after a clean stop (SIGINT/SIGTERM), 4 when the state verdict is
-//! DIVERGENT (Raft is not started), 1 on an error. `client` write commands: 0 committed and
+//! DIVERGENT (Raft is not started), 70 when openraft's core stopped by itself, 1 on an error. `client` write commands: 0 committed and
 //! applied, 1 committed but refused by the catalog, 2 rejected (never appended), 3
 //! indeterminate, 5 no node reachable. `check`/`compare`: walcheck's codes.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use openraft::async_runtime::WatchReceiver;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,6 +16,9 @@ use wal_raft::client::Client;
 use wal_raft::net::wire::WriteReply;
 use wal_raft::node::{start, NodeConfig, Started};
 use wal_raft::Response;
+
+/// `run`'s exit code when openraft's core stopped by itself (EX_SOFTWARE).
+const EXIT_RAFT_STOPPED: i32 = 70;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -211,9 +215,25 @@ async fn run(a: RunArgs) -> i32 {
             return 1;
         }
     };
+    let raft = node.raft.clone();
+    let fatal = async move {
+        // openraft's core can stop on its own (a storage error, or a panic such as
+        // openraft#2116): the process would stay up but out of the cluster. Exit instead, so a
+        // supervisor restarts the node from its durable log and snapshot.
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Err(e) = &raft.metrics().borrow_watched().running_state {
+                return e.to_string();
+            }
+        }
+    };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+        why = fatal => {
+            eprintln!("walraft-node {id}: raft stopped: {why}; exiting so that a restart recovers from the log");
+            return EXIT_RAFT_STOPPED;
+        }
     }
     eprintln!("walraft-node {id}: stopping");
     match node.shutdown().await {
