@@ -278,6 +278,7 @@ async fn kill9_of_the_leader_under_load_loses_no_acknowledged_write_and_replicas
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     c.kill9(old);
+    let at_kill = acked.lock().unwrap().len();
     let mut unacked = Vec::new();
     for w in writers {
         unacked.extend(tokio::time::timeout(Duration::from_secs(60), w).await.unwrap().unwrap());
@@ -291,7 +292,8 @@ async fn kill9_of_the_leader_under_load_loses_no_acknowledged_write_and_replicas
         assert!(matches!(r, WriteReply::Indeterminate { .. }), "{name}: {r:?}");
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() >= 60, "only {} writes acknowledged: {unacked:?}", acked.len());
+    // The cluster kept taking writes after the kill (a liveness check, not a rate).
+    assert!(acked.len() > at_kill, "nothing acknowledged after the kill: {unacked:?}");
 
     c.spawn(old);
     let last = c.metrics(new).await.and_then(|m| m.last_log_index).unwrap_or(0);
