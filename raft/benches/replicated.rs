@@ -25,11 +25,12 @@ const ROUND: Duration = Duration::from_millis(2000);
 const ROUNDS: usize = 3;
 const BIN: &str = env!("CARGO_BIN_EXE_walraft-node");
 
-fn cmd(parent: u64, t: usize, n: u64, round: usize) -> Command {
+/// `round` and `writers` keep names unique across the workloads that share the cluster.
+fn cmd(parent: u64, t: usize, n: u64, round: usize, writers: usize) -> Command {
     Command::Create {
         parent: Some(EntityId(parent)),
         kind: EntityKind::Catalog,
-        name: format!("c{round}-{t}-{n}"),
+        name: format!("c{round}-{writers}-{t}-{n}"),
         props: vec![b'p'; 200],
     }
 }
@@ -67,7 +68,7 @@ fn pipeline_round(dir: &std::path::Path, writers: usize, round: usize) -> Run {
                 let mut n = 0;
                 while start.elapsed() < ROUND {
                     let at = Instant::now();
-                    p.submit(&cmd(parent, t, n, round).encode(), None).unwrap().wait().unwrap();
+                    p.submit(&cmd(parent, t, n, round, writers).encode(), None).unwrap().wait().unwrap();
                     lat.push(at.elapsed().as_secs_f64() * 1e6);
                     n += 1;
                 }
@@ -130,7 +131,7 @@ async fn raft_round(c: &Cluster, parent: u64, writers: usize, round: usize) -> R
                 let mut n = 0;
                 while start.elapsed() < ROUND {
                     let at = Instant::now();
-                    let r = client.write(&cmd(parent, t, n, round)).await;
+                    let r = client.write(&cmd(parent, t, n, round, writers)).await;
                     assert!(matches!(r, WriteReply::Committed { outcome: Response::Done(_), .. }), "{r:?}");
                     lat.push(at.elapsed().as_secs_f64() * 1e6);
                     n += 1;
