@@ -38,8 +38,12 @@
 //! What this milestone does not do yet: a node binary and network (see the README's
 //! replication section).
 
+pub mod check;
+pub mod client;
 mod codec;
 mod log_store;
+pub mod net;
+pub mod node;
 mod state_machine;
 mod verify;
 mod writer;

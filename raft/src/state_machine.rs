@@ -137,6 +137,19 @@ fn import(data: &[u8]) -> io::Result<Applier<Catalog>> {
     Ok(applier)
 }
 
+/// The snapshot file in `dir` (a node's `sm/`), if there is one: its Raft metadata and the
+/// applier its data rebuilds (checked). For offline checks; reads only.
+pub fn read_snapshot_file(dir: &Path) -> io::Result<Option<(SnapshotMeta, Applier<Catalog>)>> {
+    match fs::read(dir.join(SNAPSHOT_FILE)) {
+        Ok(bytes) => {
+            let c = decode_file(&bytes)?;
+            Ok(Some((c.meta, import(&c.data)?)))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl StateMachineStore {
     /// A state machine whose snapshots live in `dir` (created if absent); `None` keeps them in
     /// memory only. Starts from the persisted snapshot, if any.
@@ -198,6 +211,11 @@ impl StateMachineStore {
     /// Read access to the catalog (queries only).
     pub fn catalog(&self) -> &Catalog {
         self.applier.state()
+    }
+
+    /// The last applied log id (blank and membership entries included).
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.last_applied
     }
 
     /// The apply seam (digest, checkpoint value, request fates).

@@ -1,0 +1,201 @@
+//! 3-node replicated commit (three `walraft-node` processes on loopback, writes through the
+//! TCP client API, acknowledged when committed by a majority and applied) next to the
+//! single-node commit pipeline (`wal::pipeline`, durable ⇒ committed, applied), in the same
+//! run, with the same entries: about 256-byte catalog creates under one metalake.
+//!
+//! Workloads: `*-1` one writer waiting for each write; `*-8` eight writers, each waiting for
+//! its own. Rounds interleave the workloads in a rotating order (the disk drifts between a
+//! fast and a slow regime for minutes); medians over the rounds, latency percentiles from the
+//! median round. The ratio is replicated / pipeline at the same concurrency.
+//!
+//! `cargo bench -p wal-raft --bench replicated` (about 40 s; release build).
+
+use catalog::{Catalog, Command, EntityId, EntityKind};
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::process::{Child, Command as Proc, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
+use wal_raft::client::Client;
+use wal_raft::net::wire::WriteReply;
+use wal_raft::Response;
+
+const ROUND: Duration = Duration::from_millis(2000);
+const ROUNDS: usize = 3;
+const BIN: &str = env!("CARGO_BIN_EXE_walraft-node");
+
+/// `round` and `writers` keep names unique across the workloads that share the cluster.
+fn cmd(parent: u64, t: usize, n: u64, round: usize, writers: usize) -> Command {
+    Command::Create {
+        parent: Some(EntityId(parent)),
+        kind: EntityKind::Catalog,
+        name: format!("c{round}-{writers}-{t}-{n}"),
+        props: vec![b'p'; 200],
+    }
+}
+
+struct Run {
+    ops: f64,
+    lat_us: Vec<f64>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let i = ((s.len() as f64 - 1.0) * p).round() as usize;
+    s.get(i).copied().unwrap_or(0.0)
+}
+
+fn pipeline_round(dir: &std::path::Path, writers: usize, round: usize) -> Run {
+    let _ = std::fs::remove_dir_all(dir);
+    let (p, _) = Pipeline::open(dir, PipelineOptions::default(), Hooks::default(), Catalog::new).unwrap();
+    let lake =
+        Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] };
+    let parent = p.submit(&lake.encode(), None).unwrap().wait().unwrap().lsn.0;
+    let p = Arc::new(p);
+    let start = Instant::now();
+    let hs: Vec<_> = (0..writers)
+        .map(|t| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let mut lat = Vec::new();
+                let mut n = 0;
+                while start.elapsed() < ROUND {
+                    let at = Instant::now();
+                    p.submit(&cmd(parent, t, n, round, writers).encode(), None).unwrap().wait().unwrap();
+                    lat.push(at.elapsed().as_secs_f64() * 1e6);
+                    n += 1;
+                }
+                lat
+            })
+        })
+        .collect();
+    let lat_us: Vec<f64> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let ops = lat_us.len() as f64 / start.elapsed().as_secs_f64();
+    Arc::try_unwrap(p).ok().unwrap().close().unwrap();
+    Run { ops, lat_us }
+}
+
+struct Cluster {
+    children: Vec<Child>,
+    addrs: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn cluster(dir: &std::path::Path) -> Cluster {
+    let ls: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let addrs: Vec<String> = ls.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+    drop(ls);
+    let mut c = Cluster { children: Vec::new(), addrs: addrs.clone() };
+    let ids: BTreeMap<u64, String> = (1..=3).zip(addrs).collect();
+    for (id, addr) in &ids {
+        let mut p = Proc::new(BIN);
+        p.args(["run", "--id", &id.to_string(), "--listen", addr, "--data"])
+            .arg(dir.join(format!("n{id}")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (o, a) in &ids {
+            if o != id {
+                p.arg("--peer").arg(format!("{o}={a}"));
+            }
+        }
+        if *id == 1 {
+            p.arg("--initialize");
+        }
+        c.children.push(p.spawn().unwrap());
+    }
+    c
+}
+
+async fn raft_round(c: &Cluster, parent: u64, writers: usize, round: usize) -> Run {
+    let start = Instant::now();
+    let hs: Vec<_> = (0..writers)
+        .map(|t| {
+            let client = Client::new(c.addrs.clone());
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut n = 0;
+                while start.elapsed() < ROUND {
+                    let at = Instant::now();
+                    let r = client.write(&cmd(parent, t, n, round, writers)).await;
+                    assert!(matches!(r, WriteReply::Committed { outcome: Response::Done(_), .. }), "{r:?}");
+                    lat.push(at.elapsed().as_secs_f64() * 1e6);
+                    n += 1;
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut lat_us = Vec::new();
+    for h in hs {
+        lat_us.extend(h.await.unwrap());
+    }
+    Run { ops: lat_us.len() as f64 / start.elapsed().as_secs_f64(), lat_us }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let d = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let c = cluster(&d.path().join("raft"));
+    let boot = Client::new(c.addrs.clone());
+    let lake =
+        Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] };
+    let parent = match rt.block_on(boot.write(&lake)) {
+        WriteReply::Committed { index, outcome: Response::Done(_) } => index,
+        other => panic!("the cluster did not take the first write: {other:?}"),
+    };
+    let work: [(&str, usize); 4] = [("pipeline-1", 1), ("raft3-1", 1), ("pipeline-8", 8), ("raft3-8", 8)];
+    let mut results: Vec<Vec<Run>> = (0..work.len()).map(|_| Vec::new()).collect();
+    for round in 0..ROUNDS {
+        for k in 0..work.len() {
+            let i = (k + round) % work.len();
+            let (name, writers) = work[i];
+            let r = if name.starts_with("pipeline") {
+                pipeline_round(&d.path().join(name), writers, round)
+            } else {
+                rt.block_on(raft_round(&c, parent, writers, round))
+            };
+            results[i].push(r);
+        }
+    }
+    drop(c);
+    println!("replicated: ~256-byte catalog creates, {ROUNDS} interleaved rounds of {ROUND:?}, medians");
+    println!(
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14}",
+        "workload", "median/s", "min/s", "max/s", "p50 us", "p99 us", "vs pipeline"
+    );
+    let meds: Vec<f64> =
+        results.iter().map(|v| median(&mut v.iter().map(|r| r.ops).collect::<Vec<_>>())).collect();
+    for (i, (name, _)) in work.iter().enumerate() {
+        let v = &results[i];
+        let ops: Vec<f64> = v.iter().map(|r| r.ops).collect();
+        let (lo, hi) =
+            (ops.iter().cloned().fold(f64::MAX, f64::min), ops.iter().cloned().fold(0.0, f64::max));
+        let mid =
+            v.iter().min_by(|a, b| (a.ops - meds[i]).abs().total_cmp(&(b.ops - meds[i]).abs())).unwrap();
+        let vs = if name.starts_with("raft") { format!("{:.2}x", meds[i] / meds[i - 1]) } else { "-".into() };
+        println!(
+            "{name:<12} {:>9.0} {lo:>9.0} {hi:>9.0} {:>9.0} {:>9.0} {vs:>14}",
+            meds[i],
+            percentile(&mid.lat_us, 0.5),
+            percentile(&mid.lat_us, 0.99)
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! `walraft-node`: a catalog replicated over openraft on this log. See the README section
+//! "Running a cluster". The logic is in the `wal_raft` library; this file parses arguments.
+//!
+//! Exit codes: `run` 0 after a clean stop (SIGINT/SIGTERM), 4 when the state verdict is
+//! DIVERGENT (Raft is not started), 70 when openraft's core stopped by itself, 1 on an error. `client` write commands: 0 committed and
+//! applied, 1 committed but refused by the catalog, 2 rejected (never appended), 3
+//! indeterminate, 5 no node reachable. `check`/`compare`: walcheck's codes.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use openraft::async_runtime::WatchReceiver;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use wal_raft::client::Client;
+use wal_raft::net::wire::WriteReply;
+use wal_raft::node::{start, NodeConfig, Started};
+use wal_raft::Response;
+
+/// `run`'s exit code when openraft's core stopped by itself (EX_SOFTWARE).
+const EXIT_RAFT_STOPPED: i32 = 70;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "walraft-node",
+    version,
+    about = "A catalog replicated with openraft over the write-ahead log"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a node until SIGINT or SIGTERM.
+    Run(RunArgs),
+    /// Send a catalog command or an admin request to a cluster.
+    Client {
+        /// A node's address (repeat: the client finds the leader).
+        #[arg(long = "node", required = true)]
+        nodes: Vec<String>,
+        #[command(subcommand)]
+        op: Op,
+    },
+    /// Verify a node's data directory offline: CRC verdict and state verdict (walcheck's codes).
+    Check { dir: PathBuf },
+    /// Compare several nodes' data directories offline: entries by index, digest at the common end.
+    Compare {
+        #[arg(required = true, num_args = 2..)]
+        dirs: Vec<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[arg(long)]
+    id: u64,
+    /// host:port to listen on (Raft, clients and admin share it).
+    #[arg(long)]
+    listen: String,
+    /// Another voter, as ID=host:port (repeat).
+    #[arg(long = "peer", value_parser = parse_peer)]
+    peers: Vec<(u64, String)>,
+    /// The node's data directory (log/ and sm/ inside).
+    #[arg(long)]
+    data: PathBuf,
+    /// Initialize a fresh cluster of this node and its peers (harmless when initialized).
+    #[arg(long)]
+    initialize: bool,
+    /// Accept the test-only partition switch.
+    #[arg(long)]
+    allow_faults: bool,
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    #[arg(long, default_value_t = 400)]
+    election_min_ms: u64,
+    #[arg(long, default_value_t = 800)]
+    election_max_ms: u64,
+    #[arg(long, default_value_t = 5000)]
+    snapshot_every: u64,
+    #[arg(long, default_value_t = 1000)]
+    keep_logs: u64,
+    #[arg(long, default_value_t = 64)]
+    checkpoint_every: u64,
+    #[arg(long, default_value_t = 5000)]
+    write_timeout_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Kind {
+    Metalake,
+    Catalog,
+    Schema,
+    Table,
+}
+
+#[derive(Subcommand, Debug)]
+enum Op {
+    /// Create an entity (a metalake at the root, else under --parent).
+    Create {
+        #[arg(long, value_enum)]
+        kind: Kind,
+        #[arg(long)]
+        parent: Option<u64>,
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "")]
+        props: String,
+    },
+    /// Rename an entity that is still at --version.
+    Rename {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        version: u64,
+        #[arg(long)]
+        name: String,
+    },
+    /// Replace an entity's properties if it is still at --version.
+    Update {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        version: u64,
+        #[arg(long)]
+        props: String,
+    },
+    /// Drop an entity (with --cascade, its subtree).
+    Drop {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        version: Option<u64>,
+        #[arg(long)]
+        cascade: bool,
+    },
+    /// An entity by parent and name, in the first node's applied state.
+    Lookup {
+        #[arg(long)]
+        parent: Option<u64>,
+        #[arg(long)]
+        name: String,
+    },
+    /// Each node's role, term, leader, last applied index and digest there.
+    Metrics,
+    /// The test-only partition switch of each node given (needs --allow-faults on the node).
+    Partition {
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
+}
+
+fn parse_peer(s: &str) -> Result<(u64, String), String> {
+    let (id, addr) = s.split_once('=').ok_or_else(|| format!("{s:?} is not ID=host:port"))?;
+    let id = id.parse::<u64>().map_err(|e| format!("peer id {id:?}: {e}"))?;
+    Ok((id, addr.to_string()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("walraft-node: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = match cli.cmd {
+        Cmd::Run(a) => rt.block_on(run(a)),
+        Cmd::Client { nodes, op } => rt.block_on(client(nodes, op)),
+        Cmd::Check { dir } => {
+            let c = wal_raft::check::check(&dir);
+            println!("{}", c.summary());
+            c.exit_code()
+        }
+        Cmd::Compare { dirs } => {
+            let c = wal_raft::check::compare(&dirs);
+            println!("{}", c.summary());
+            c.exit_code()
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+async fn run(a: RunArgs) -> i32 {
+    let peers: BTreeMap<u64, String> = a.peers.into_iter().collect();
+    let mut cfg = NodeConfig::new(a.id, a.listen, peers, a.data);
+    cfg.initialize = a.initialize;
+    cfg.allow_faults = a.allow_faults;
+    cfg.heartbeat_ms = a.heartbeat_ms;
+    cfg.election_min_ms = a.election_min_ms;
+    cfg.election_max_ms = a.election_max_ms;
+    cfg.snapshot_every = a.snapshot_every;
+    cfg.keep_logs = a.keep_logs;
+    cfg.checkpoint_every = a.checkpoint_every;
+    cfg.write_timeout = Duration::from_millis(a.write_timeout_ms);
+    let id = cfg.id;
+    let node = match start(cfg).await {
+        Ok(Started::Running(n)) => n,
+        Ok(Started::Refused { why }) => {
+            eprintln!("walraft-node {id}: refusing to start as a voter: {why}");
+            return wal_raft::check::EXIT_DIVERGENT;
+        }
+        Err(e) => {
+            eprintln!("walraft-node {id}: {e}");
+            return 1;
+        }
+    };
+    println!("walraft-node {id}: listening on {} (state verdict at open: {:?})", node.addr, node.verdict);
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("walraft-node {id}: cannot watch SIGTERM: {e}");
+            return 1;
+        }
+    };
+    let raft = node.raft.clone();
+    let fatal = async move {
+        // openraft's core can stop on its own (a storage error, or a panic such as
+        // openraft#2116): the process would stay up but out of the cluster. Exit instead, so a
+        // supervisor restarts the node from its durable log and snapshot.
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Err(e) = &raft.metrics().borrow_watched().running_state {
+                return e.to_string();
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        why = fatal => {
+            eprintln!("walraft-node {id}: raft stopped: {why}; exiting so that a restart recovers from the log");
+            return EXIT_RAFT_STOPPED;
+        }
+    }
+    eprintln!("walraft-node {id}: stopping");
+    match node.shutdown().await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("walraft-node {id}: {e}");
+            1
+        }
+    }
+}
+
+fn kind(k: Kind) -> catalog::EntityKind {
+    match k {
+        Kind::Metalake => catalog::EntityKind::Metalake,
+        Kind::Catalog => catalog::EntityKind::Catalog,
+        Kind::Schema => catalog::EntityKind::Schema,
+        Kind::Table => catalog::EntityKind::Table,
+    }
+}
+
+async fn client(nodes: Vec<String>, op: Op) -> i32 {
+    let c = Client::new(nodes.clone());
+    let first = nodes.first().cloned().unwrap_or_default();
+    let cmd = match op {
+        Op::Create { kind: k, parent, name, props } => catalog::Command::Create {
+            parent: parent.map(catalog::EntityId),
+            kind: kind(k),
+            name,
+            props: props.into_bytes(),
+        },
+        Op::Rename { id, version, name } => {
+            catalog::Command::Rename { id: catalog::EntityId(id), expected_version: version, new_name: name }
+        }
+        Op::Update { id, version, props } => catalog::Command::Update {
+            id: catalog::EntityId(id),
+            expected_version: version,
+            props: props.into_bytes(),
+        },
+        Op::Drop { id, version, cascade } => {
+            catalog::Command::Drop { id: catalog::EntityId(id), expected_version: version, cascade }
+        }
+        Op::Lookup { parent, name } => {
+            return match c.lookup(&first, parent, &name).await {
+                Ok(Some(e)) => {
+                    println!("{e:?}");
+                    0
+                }
+                Ok(None) => {
+                    println!("not found");
+                    1
+                }
+                Err(e) => {
+                    eprintln!("{first}: {e}");
+                    5
+                }
+            }
+        }
+        Op::Metrics => {
+            let mut code = 0;
+            for n in &nodes {
+                match c.metrics(n).await {
+                    Ok(m) => println!("{n}: {m:?}"),
+                    Err(e) => {
+                        println!("{n}: unreachable: {e}");
+                        code = 5;
+                    }
+                }
+            }
+            return code;
+        }
+        Op::Partition { state } => {
+            let mut code = 0;
+            for n in &nodes {
+                if let Err(e) = c.partition(n, state == "on").await {
+                    eprintln!("{n}: {e}");
+                    code = 1;
+                }
+            }
+            return code;
+        }
+    };
+    let reply = c.write(&cmd).await;
+    match &reply {
+        WriteReply::Committed { index, outcome: Response::Done(receipt) } => {
+            match catalog::Receipt::decode(receipt) {
+                Ok(r) => println!(
+                    "COMMITTED at index {index}: {:?} entity {} now at version {}",
+                    r.op, r.id.0, r.version
+                ),
+                Err(e) => println!("COMMITTED at index {index}: receipt unreadable: {e}"),
+            }
+            0
+        }
+        WriteReply::Committed { index, outcome: Response::Duplicate { first_index } } => {
+            println!("COMMITTED at index {first_index} (this retry at {index} was a duplicate)");
+            0
+        }
+        WriteReply::Committed { index, outcome } => {
+            println!("COMMITTED at index {index}, refused by the catalog: {outcome:?}");
+            1
+        }
+        WriteReply::Rejected { why, .. } => {
+            println!("REJECTED (never appended): {why}");
+            2
+        }
+        WriteReply::Indeterminate { why } => {
+            println!("INDETERMINATE: {why}");
+            3
+        }
+        WriteReply::Redirect { addr, .. } => {
+            println!("REDIRECT to {addr} (not followed)");
+            2
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! Offline checks of Raft nodes' data directories, with walcheck's verdicts and exit codes.
+//!
+//! Plain `walcheck` cannot read a Raft log's state: each entry is an openraft entry (a log id
+//! header, then the apply seam's envelope and command, `codec.rs`), and blank and membership
+//! entries carry no command at all, so the catalog replay would refuse the first entry. The
+//! generic entry point (`walcheck::run_with`) takes a different state machine but not a
+//! different entry encoding. So this module keeps walcheck's two halves and swaps only the
+//! decoding:
+//!
+//! - the CRC verdict is `verifier::verify` on `DIR/log`, unchanged (the log format is ours);
+//! - the state verdict replays the log with `wal::state::Replayer` (the replay-and-compare core
+//!   the pipeline and walcheck use) from the node's snapshot file (`DIR/sm/raft-snapshot`),
+//!   feeding it the command bytes of each normal entry and every checkpoint record the node's
+//!   state machine wrote: CLEAN, DIVERGENT (where) or UNSUPPORTED_VERSION;
+//! - `compare` reads several nodes' logs in lockstep: the same entry bytes (log id, payload) at
+//!   every index all of them hold, and the same state digest at the highest common index.
+
+use crate::codec::decode_entry;
+use crate::state_machine::read_snapshot_file;
+use catalog::Catalog;
+use openraft::EntryPayload;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use wal::replay::{ItemKind, Replay};
+use wal::state::{Applier, Replayer};
+use wal::{Bound, Epoch, Lsn, Options, RecoveryMode, Wal};
+
+/// walcheck's exit code for DIVERGENT.
+pub const EXIT_DIVERGENT: i32 = 4;
+/// walcheck's exit code for UNSUPPORTED_VERSION.
+pub const EXIT_UNSUPPORTED: i32 = 6;
+/// walcheck's exit code for IO_ERROR.
+pub const EXIT_IO_ERROR: i32 = 5;
+
+/// The state verdict of one node's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    Clean { checkpoints: u64, through: Option<u64>, unchecked: u64 },
+    Divergent(String),
+    Unsupported(String),
+    NotChecked(String),
+}
+
+impl State {
+    pub fn word(&self) -> &'static str {
+        match self {
+            State::Clean { .. } => "CLEAN",
+            State::Divergent(_) => "DIVERGENT",
+            State::Unsupported(_) => "UNSUPPORTED_VERSION",
+            State::NotChecked(_) => "NOT_CHECKED",
+        }
+    }
+
+    fn code(&self) -> i32 {
+        match self {
+            State::Clean { .. } | State::NotChecked(_) => 0,
+            State::Divergent(_) => EXIT_DIVERGENT,
+            State::Unsupported(_) => EXIT_UNSUPPORTED,
+        }
+    }
+}
+
+/// What checking one node's directory found.
+#[derive(Clone, Debug)]
+pub struct NodeCheck {
+    pub dir: PathBuf,
+    pub crc: &'static str,
+    pub crc_code: i32,
+    pub state: State,
+    /// The snapshot the replay started from (its last index).
+    pub base: Option<u64>,
+    /// The last index replayed, and the digest (hex) and entity count there.
+    pub last: Option<u64>,
+    pub digest: Option<String>,
+    pub entities: Option<u64>,
+}
+
+impl NodeCheck {
+    /// The more severe of the two verdicts' codes.
+    pub fn exit_code(&self) -> i32 {
+        self.crc_code.max(self.state.code())
+    }
+
+    pub fn summary(&self) -> String {
+        let mut s = format!("{}  CRC {}  STATE {}", self.dir.display(), self.crc, self.state.word());
+        match &self.state {
+            State::Clean { checkpoints, through, unchecked } => {
+                let _ = write!(
+                    s,
+                    "\n  CLEAN replayed through index {} from {}; {checkpoints} checkpoints verified{}; {unchecked} entries after the last one not cross-checked",
+                    self.last.map_or("-".into(), |l| l.to_string()),
+                    self.base.map_or("the start".into(), |b| format!("the snapshot at {b}")),
+                    through.map_or(String::new(), |t| format!(" through {t}")),
+                );
+            }
+            State::Divergent(w) | State::Unsupported(w) | State::NotChecked(w) => {
+                let _ = write!(s, "\n  {}: {w}", self.state.word());
+            }
+        }
+        if let (Some(d), Some(n)) = (&self.digest, self.entities) {
+            let _ = write!(s, "\n  digest {d} over {n} entities");
+        }
+        s
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A node's log opened for reading, with the replay that feeds the replayer.
+struct Opened {
+    wal: Wal,
+    base: Option<u64>,
+    /// The snapshot's state (or a fresh one); taken by the one walk over this log.
+    applier: Option<Applier<Catalog>>,
+}
+
+fn open(dir: &Path) -> Result<Opened, String> {
+    let log_dir = dir.join("log");
+    let opts = Options {
+        recovery: RecoveryMode::Salvage,
+        read_only: true,
+        create: false,
+        first_lsn: 0,
+        ..Options::default()
+    };
+    let (wal, _) = Wal::open_with(Arc::new(verifier::pread::ReadOnlyDir::new(&log_dir)), opts)
+        .map_err(|e| format!("{}: {e}", log_dir.display()))?;
+    let snap =
+        read_snapshot_file(&dir.join("sm")).map_err(|e| format!("{}: {e}", dir.join("sm").display()))?;
+    let (base, applier) = match snap {
+        Some((meta, applier)) => (meta.last_log_id.map(|l| l.index), applier),
+        None => (None, Applier::new(Catalog::new(), crate::DEDUPE_WINDOW)),
+    };
+    if wal.prefix_purged() && base.is_none() {
+        return Err("the log's prefix was purged and there is no snapshot file to start from".into());
+    }
+    Ok(Opened { wal, base, applier: Some(applier) })
+}
+
+/// Walks one node's log: every live entry, the normal ones after the base fed to the replayer.
+struct Walk {
+    replay: Replay,
+    rp: Replayer<Catalog>,
+    prev: Option<u64>,
+}
+
+impl Walk {
+    fn new(o: &mut Opened) -> Result<Walk, String> {
+        let replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
+        let applier = o.applier.take().ok_or("internal: a log walked twice")?;
+        Ok(Walk { replay, rp: Replayer::new(applier), prev: None })
+    }
+
+    /// The next entry at or below `end` (index, raw payload); `None` past it or at the end.
+    fn next(&mut self, end: Option<u64>) -> Result<Option<(u64, Vec<u8>)>, String> {
+        while let Some(item) = self.replay.next() {
+            let item = item.map_err(|e| format!("replay: {e}"))?;
+            let lsn = item.lsn.0;
+            match item.kind {
+                ItemKind::Checkpoint(cp) => self.rp.checkpoint(item.lsn, &cp),
+                ItemKind::Entry if end.is_some_and(|e| lsn > e) => return Ok(None),
+                ItemKind::Entry => {
+                    if self.prev.is_some_and(|p| lsn != p + 1) {
+                        return Err(format!(
+                            "a hole in the Raft log between {} and {lsn}",
+                            self.prev.unwrap_or(0)
+                        ));
+                    }
+                    self.prev = Some(lsn);
+                    let e = decode_entry(lsn, item.payload).map_err(|e| e.to_string())?;
+                    if let EntryPayload::Normal(req) = &e.payload {
+                        self.rp.entry(Lsn(lsn), Epoch(0), &req.0);
+                    }
+                    return Ok(Some((lsn, item.payload.to_vec())));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn crc_of(dir: &Path) -> (&'static str, i32) {
+    let r = verifier::verify(&dir.join("log"), &verifier::VerifyOptions::default(), &mut |_| {});
+    (r.crc_word(), r.exit_code())
+}
+
+/// Checks one node's data directory: the CRC verdict and the state verdict.
+pub fn check(dir: &Path) -> NodeCheck {
+    let (crc, crc_code) = crc_of(dir);
+    let mut out = NodeCheck {
+        dir: dir.to_path_buf(),
+        crc,
+        crc_code,
+        state: State::NotChecked(String::new()),
+        base: None,
+        last: None,
+        digest: None,
+        entities: None,
+    };
+    if crc_code > 1 {
+        out.state = State::NotChecked(format!("the log is {crc}: replay after repair"));
+        return out;
+    }
+    let mut o = match open(dir) {
+        Ok(o) => o,
+        Err(e) => {
+            out.state = State::NotChecked(e);
+            return out;
+        }
+    };
+    out.base = o.base;
+    let mut walk = match Walk::new(&mut o) {
+        Ok(w) => w,
+        Err(e) => {
+            out.state = State::NotChecked(e);
+            return out;
+        }
+    };
+    for _ in 0..u64::MAX {
+        match walk.next(None) {
+            Ok(Some(_)) if walk.rp.report().stopped() => break,
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                out.state = State::Divergent(e);
+                return out;
+            }
+        }
+    }
+    let (applier, report) = walk.rp.finish();
+    out.state = if let Some(d) = report.divergence {
+        State::Divergent(format!(
+            "at index {} (last good {}): {}",
+            d.lsn,
+            d.last_good.map_or("-".into(), |l| l.to_string()),
+            d.reason
+        ))
+    } else if let Some(u) = report.unsupported {
+        State::Unsupported(u)
+    } else {
+        State::Clean {
+            checkpoints: report.checkpoints_checked,
+            through: report.verified_through.map(|l| l.0),
+            unchecked: report.unchecked_entries,
+        }
+    };
+    let cp = applier.checkpoint();
+    out.last = walk.prev.max(o.base);
+    out.digest = Some(hex(&cp.digest));
+    out.entities = Some(cp.entity_count);
+    out
+}
+
+/// What comparing several nodes' logs found.
+#[derive(Clone, Debug)]
+pub struct Comparison {
+    /// AGREE, DIVERGENT, NOT_CHECKED or IO_ERROR, and why.
+    pub verdict: &'static str,
+    pub why: String,
+    /// The index range every log holds.
+    pub common: Option<(u64, u64)>,
+    pub compared: u64,
+    /// Per node: its directory, CRC word and the digest (hex) at the common end.
+    pub nodes: Vec<(PathBuf, &'static str, Option<String>)>,
+    worst_crc: i32,
+}
+
+impl Comparison {
+    pub fn exit_code(&self) -> i32 {
+        let v = match self.verdict {
+            "DIVERGENT" => EXIT_DIVERGENT,
+            "IO_ERROR" => EXIT_IO_ERROR,
+            _ => 0,
+        };
+        v.max(self.worst_crc)
+    }
+
+    pub fn summary(&self) -> String {
+        let mut s = format!("{}: {}", self.verdict, self.why);
+        for (d, crc, digest) in &self.nodes {
+            let _ = write!(s, "\n  {}  CRC {crc}  digest {}", d.display(), digest.as_deref().unwrap_or("-"));
+        }
+        s
+    }
+}
+
+/// Compares the logs of the nodes in `dirs` (at least two).
+pub fn compare(dirs: &[PathBuf]) -> Comparison {
+    let mut c = Comparison {
+        verdict: "AGREE",
+        why: String::new(),
+        common: None,
+        compared: 0,
+        nodes: Vec::new(),
+        worst_crc: 0,
+    };
+    let mut opened = Vec::new();
+    for d in dirs {
+        let (crc, code) = crc_of(d);
+        c.worst_crc = c.worst_crc.max(code);
+        c.nodes.push((d.clone(), crc, None));
+        if code > 1 {
+            return Comparison {
+                verdict: "NOT_CHECKED",
+                why: format!("{} is {crc}: compare after repair", d.display()),
+                ..c
+            };
+        }
+        match open(d) {
+            Ok(o) => opened.push(o),
+            Err(e) => return Comparison { verdict: "NOT_CHECKED", why: e, ..c },
+        }
+    }
+    // The live range of each log: after what its snapshot covers or its first entry, to its end.
+    let lo = opened.iter().filter_map(|o| o.wal.first_lsn().map(|l| l.0)).max();
+    let hi = opened.iter().map(|o| o.wal.next_lsn().0.checked_sub(1)).min().flatten();
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        return Comparison { verdict: "NOT_CHECKED", why: "a log holds no entries".into(), ..c };
+    };
+    if lo > hi {
+        return Comparison {
+            verdict: "NOT_CHECKED",
+            why: format!("the logs share no index ({lo} > {hi})"),
+            ..c
+        };
+    }
+    if let Some((i, b)) =
+        opened.iter().enumerate().find_map(|(i, o)| o.base.filter(|b| *b > hi).map(|b| (i, b)))
+    {
+        return Comparison {
+            verdict: "NOT_CHECKED",
+            why: format!("{}'s snapshot (index {b}) is past the common end {hi}", dirs[i].display()),
+            ..c
+        };
+    }
+    c.common = Some((lo, hi));
+    let mut walks = Vec::new();
+    for o in &mut opened {
+        match Walk::new(o) {
+            Ok(w) => walks.push(w),
+            Err(e) => return Comparison { verdict: "IO_ERROR", why: e, ..c },
+        }
+    }
+    for _ in 0..u64::MAX {
+        let mut first: Option<(u64, Vec<u8>)> = None;
+        let mut ended = 0;
+        for (i, w) in walks.iter_mut().enumerate() {
+            let got = loop {
+                match w.next(Some(hi)) {
+                    Ok(Some((l, _))) if l < lo => continue,
+                    Ok(g) => break g,
+                    Err(e) => {
+                        return Comparison {
+                            verdict: "DIVERGENT",
+                            why: format!("{}: {e}", dirs[i].display()),
+                            ..c
+                        }
+                    }
+                }
+            };
+            match (&first, got) {
+                (_, None) => ended += 1,
+                (None, Some(g)) => first = Some(g),
+                (Some((l, p)), Some((l2, p2))) if *l == l2 && *p == p2 => {}
+                (Some((l, _)), Some(_)) => {
+                    return Comparison {
+                        verdict: "DIVERGENT",
+                        why: format!(
+                            "the entry at index {l} differs between {} and {}",
+                            dirs[0].display(),
+                            dirs[i].display()
+                        ),
+                        ..c
+                    }
+                }
+            }
+        }
+        if ended == walks.len() {
+            break;
+        }
+        if ended > 0 {
+            return Comparison {
+                verdict: "DIVERGENT",
+                why: format!("a log ends before index {hi}, which every log claims"),
+                ..c
+            };
+        }
+        c.compared += 1;
+    }
+    let mut digests = Vec::new();
+    for (i, w) in walks.into_iter().enumerate() {
+        let (a, r) = w.rp.finish();
+        if let Some(d) = r.divergence {
+            return Comparison {
+                verdict: "DIVERGENT",
+                why: format!(
+                    "{} disagrees with its own checkpoint at index {}: {}",
+                    dirs[i].display(),
+                    d.lsn,
+                    d.reason
+                ),
+                ..c
+            };
+        }
+        let d = hex(&a.checkpoint().digest);
+        c.nodes[i].2 = Some(d.clone());
+        digests.push(d);
+    }
+    if digests.windows(2).any(|w| w[0] != w[1]) {
+        c.verdict = "DIVERGENT";
+        c.why = format!("the same entries through index {hi}, but the state digests there differ");
+    } else {
+        c.why = format!(
+            "{} logs hold the same {} entries at indexes {lo}..={hi} and the same digest at {hi}",
+            dirs.len(),
+            c.compared
+        );
+    }
+    c
+}
+
+/// Every live entry's log id in a node's log, in index order (offline: the node is stopped).
+/// What a test or an operator reads to see which leader wrote each index.
+pub fn log_ids(dir: &Path) -> Result<Vec<crate::LogId>, String> {
+    let o = open(dir)?;
+    let mut replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
+    let mut out = Vec::new();
+    while let Some(item) = replay.next() {
+        let item = item.map_err(|e| format!("replay: {e}"))?;
+        if matches!(item.kind, ItemKind::Entry) {
+            out.push(decode_entry(item.lsn.0, item.payload).map_err(|e| e.to_string())?.log_id);
+        }
+    }
+    Ok(out)
+}

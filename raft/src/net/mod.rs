@@ -1,0 +1,5 @@
+//! Raft over TCP on loopback (or any address): the frame, the messages, openraft's network.
+
+pub mod frame;
+pub mod transport;
+pub mod wire;

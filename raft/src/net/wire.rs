@@ -1,0 +1,102 @@
+//! The messages a node's TCP port understands, and their replies. One port serves three
+//! audiences: peers (Raft RPCs), clients (catalog writes) and operators/tests (metrics, lookups,
+//! the test-only partition switch). Each request gets exactly one reply frame.
+
+use crate::{Response, SnapshotMeta, TypeConfig, Vote};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+
+/// A request on a node's port.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Msg {
+    /// Raft: replicate entries (or a heartbeat).
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    /// Raft: a vote request.
+    Vote(VoteRequest<TypeConfig>),
+    /// Raft: a pre-vote (no term change on the receiver).
+    PreVote(VoteRequest<TypeConfig>),
+    /// Raft: a whole snapshot; its bytes are the frame's raw tail.
+    FullSnapshot { vote: Vote, meta: SnapshotMeta },
+    /// Client: a catalog command (the catalog's own encoding) with the client's request id
+    /// (the same id on every retry of one logical write: the apply seam applies it once).
+    Write { command: Vec<u8>, request_id: u64 },
+    /// Admin: this node's view (role, term, leader, applied index and the digest there).
+    Metrics,
+    /// Admin: an entity by parent and name in this node's applied state.
+    Lookup { parent: Option<u64>, name: String },
+    /// Admin, tests only (`--allow-faults`): drop all Raft traffic in and out while on.
+    Partition { on: bool },
+}
+
+impl Msg {
+    /// Raft traffic, which the partition switch drops.
+    pub fn is_raft(&self) -> bool {
+        matches!(self, Msg::AppendEntries(_) | Msg::Vote(_) | Msg::PreVote(_) | Msg::FullSnapshot { .. })
+    }
+}
+
+/// The reply to a [`Msg`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    AppendEntries(Result<AppendEntriesResponse<TypeConfig>, String>),
+    Vote(Result<VoteResponse<TypeConfig>, String>),
+    Snapshot(Result<SnapshotResponse<TypeConfig>, String>),
+    Write(WriteReply),
+    Metrics(NodeMetrics),
+    Lookup(Option<EntityView>),
+    Partition(Result<bool, String>),
+    /// The request could not be served at all (with why).
+    Error(String),
+}
+
+/// What became of a client's write (DESIGN.md I1's two failure kinds, plus routing).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteReply {
+    /// Committed by a majority and applied at `index`: acknowledged. `outcome` is the apply
+    /// seam's answer (a receipt, a domain refusal, or a duplicate of an earlier index).
+    Committed { index: u64, outcome: Response },
+    /// This node is not the leader; the leader it knows of.
+    Redirect { leader: u64, addr: String },
+    /// Never appended to any log, so it can never apply (not a valid command, no leader known,
+    /// or the leader's lease is not established or has expired). `retry`: worth retrying.
+    Rejected { why: String, retry: bool },
+    /// Appended, or possibly appended, but not known to be committed (a timeout, the entry
+    /// discarded by a leader change, the node stopping): its fate is decided by the log.
+    /// Retrying with the same request id is safe.
+    Indeterminate { why: String },
+}
+
+/// A node's view, for tests and operators.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMetrics {
+    pub id: u64,
+    /// Leader, Follower, Candidate, Learner or Shutdown.
+    pub state: String,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub committed: Option<u64>,
+    /// The state machine's last applied index, and the digest and entity count there (read
+    /// together, under the state machine).
+    pub last_applied: Option<u64>,
+    pub digest: String,
+    pub entities: u64,
+    pub snapshot: Option<u64>,
+    pub purged: Option<u64>,
+    /// The partition switch.
+    pub partitioned: bool,
+    /// openraft's core stopped (a fatal error); the node is no longer part of the cluster.
+    pub fatal: Option<String>,
+}
+
+/// An entity as a lookup shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityView {
+    pub id: u64,
+    pub parent: Option<u64>,
+    pub kind: String,
+    pub name: String,
+    pub version: u64,
+}

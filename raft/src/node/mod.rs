@@ -1,0 +1,163 @@
+//! A node: one data directory (the Raft log and the snapshot file), opened through the state
+//! verdict, openraft over [`crate::net`], and the server on one TCP port.
+//!
+//! Start-up order, and why:
+//! 1. Open the snapshot and the log with [`LogStore::open_verified`]: the log after the
+//!    snapshot is replayed through the apply function and compared with the checkpoints the
+//!    online path recorded. DIVERGENT → [`start_role`] refuses: this node must not vote or
+//!    lead (DESIGN.md I8), so Raft is never started and [`Started::Refused`] says why.
+//! 2. Bind the port before Raft starts, so the address peers were given is ours.
+//! 3. Start openraft with the TCP network; `--initialize` makes the membership of every node
+//!    named (this one and its peers) on a fresh cluster (a no-op when already initialized).
+//! 4. Serve the port (see [`server`]).
+
+pub mod server;
+
+use crate::net::transport::{Partition, TcpNetFactory};
+use crate::{log_options, start_role, LogStore, StartRole, StateMachineStore, StateVerdict, TypeConfig};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A running node's openraft handle.
+pub type RaftNode = Raft<TypeConfig, StateMachineStore>;
+
+/// How to run a node.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: u64,
+    /// Where this node listens (Raft, clients and admin on one port).
+    pub listen: String,
+    /// The other voters: id → address.
+    pub peers: BTreeMap<u64, String>,
+    /// Holds `log/` (the Raft log) and `sm/` (the snapshot file).
+    pub data_dir: PathBuf,
+    /// Initialize a fresh cluster whose voters are this node and its peers.
+    pub initialize: bool,
+    /// Accept the test-only partition switch.
+    pub allow_faults: bool,
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// Build a snapshot after this many entries since the last one.
+    pub snapshot_every: u64,
+    /// Entries kept below a snapshot when purging (a lagging follower catches up from the log
+    /// instead of needing a snapshot install).
+    pub keep_logs: u64,
+    /// Record a checkpoint (the state digest) into the log after this many applied commands.
+    pub checkpoint_every: u64,
+    /// How long a client write may wait for its commit before it is answered Indeterminate.
+    pub write_timeout: Duration,
+    pub segment_len_bytes: u32,
+}
+
+impl NodeConfig {
+    /// Defaults for everything but identity, address, peers and data.
+    pub fn new(id: u64, listen: String, peers: BTreeMap<u64, String>, data_dir: PathBuf) -> NodeConfig {
+        NodeConfig {
+            id,
+            listen,
+            peers,
+            data_dir,
+            initialize: false,
+            allow_faults: false,
+            heartbeat_ms: 100,
+            election_min_ms: 400,
+            election_max_ms: 800,
+            snapshot_every: 5000,
+            keep_logs: 1000,
+            checkpoint_every: 64,
+            write_timeout: Duration::from_secs(5),
+            segment_len_bytes: 4 << 20,
+        }
+    }
+
+    fn raft_config(&self) -> io::Result<Arc<Config>> {
+        let c = Config {
+            cluster_name: "walraft".into(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_min_ms,
+            election_timeout_max: self.election_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
+            max_in_snapshot_log_to_keep: self.keep_logs,
+            // Pre-vote: a node back from a partition does not disrupt the leader with a
+            // higher term it could never win.
+            enable_pre_vote: Some(true),
+            ..Config::default()
+        };
+        c.validate().map(Arc::new).map_err(|e| io::Error::other(format!("raft config: {e}")))
+    }
+}
+
+/// What starting a node gave.
+#[derive(Debug)]
+pub enum Started {
+    Running(RunningNode),
+    /// DIVERGENT at open: Raft was not started.
+    Refused {
+        why: String,
+    },
+}
+
+/// A node serving its port.
+#[derive(Debug)]
+pub struct RunningNode {
+    pub raft: RaftNode,
+    pub addr: SocketAddr,
+    pub verdict: StateVerdict,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl RunningNode {
+    /// Stops serving and shuts openraft down (the log is closed when its store is dropped).
+    pub async fn shutdown(self) -> io::Result<()> {
+        self.server.abort();
+        self.raft.shutdown().await.map_err(|e| io::Error::other(format!("shutdown: {e}")))
+    }
+}
+
+/// Opens the data directory and, unless the state verdict refuses, starts the node.
+pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
+    let log_dir = cfg.data_dir.join("log");
+    let sm_dir = cfg.data_dir.join("sm");
+    let opts = log_options(cfg.segment_len_bytes);
+    let (log, verdict) = {
+        let base = StateMachineStore::open(Some(&sm_dir))?;
+        LogStore::open_verified(&log_dir, opts, &base)?
+    };
+    if let StartRole::Refused { why } = start_role(&verdict) {
+        log.close()?;
+        return Ok(Started::Refused { why });
+    }
+    let sm =
+        StateMachineStore::open(Some(&sm_dir))?.with_checkpoints(log.checkpointer(), cfg.checkpoint_every);
+    let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
+    let addr = listener.local_addr()?;
+    let partition = Partition::default();
+    let net = TcpNetFactory { partition: partition.clone() };
+    let raft = Raft::new(cfg.id, cfg.raft_config()?, net, log, sm)
+        .await
+        .map_err(|e| io::Error::other(format!("starting raft: {e}")))?;
+    if cfg.initialize && !raft.is_initialized().await.map_err(io::Error::other)? {
+        let mut members: BTreeMap<u64, BasicNode> =
+            cfg.peers.iter().map(|(id, a)| (*id, BasicNode::new(a.clone()))).collect();
+        members.insert(cfg.id, BasicNode::new(addr.to_string()));
+        // Another node may have initialized first: that is not an error.
+        if let Err(e) = raft.initialize(members).await {
+            eprintln!("walraft-node {}: initialize: {e}", cfg.id);
+        }
+    }
+    let ctx = server::Ctx {
+        raft: raft.clone(),
+        id: cfg.id,
+        partition,
+        allow_faults: cfg.allow_faults,
+        write_timeout: cfg.write_timeout,
+    };
+    let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));
+    Ok(Started::Running(RunningNode { raft, addr, verdict, server }))
+}

@@ -1,0 +1,196 @@
+//! A node's TCP port: one task per connection, one reply frame per request frame.
+//!
+//! - Raft RPCs go straight to openraft. While the partition switch is on they are dropped:
+//!   the connection is closed without a reply, as a cut network would (the sender sees
+//!   `Unreachable`). A reply computed while the switch went on is dropped too.
+//! - A client write is decoded first (bytes that are not a catalog command are Rejected and
+//!   never logged), wrapped in the apply seam's envelope with the client's request id, and
+//!   proposed. Only a commit by a majority is acknowledged (`Committed`, with its index); a
+//!   proposal refused before it was appended is `Rejected` (or a `Redirect` to the leader); a
+//!   proposal that may be in some log but is not known committed is `Indeterminate`.
+//! - Admin requests read this node's metrics and applied state.
+
+use crate::net::frame::{read_frame, write_frame};
+use crate::net::transport::Partition;
+use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
+use crate::node::RaftNode;
+use crate::{Request, StateMachineStore};
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, ForwardReason, ForwardToLeader, RaftError};
+use openraft::type_config::alias::SnapshotOf;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+
+/// What every connection task shares.
+#[derive(Debug)]
+pub struct Ctx {
+    pub raft: RaftNode,
+    pub id: u64,
+    pub partition: Partition,
+    pub allow_faults: bool,
+    pub write_timeout: Duration,
+}
+
+/// Accepts connections until the task is aborted.
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
+    loop {
+        match listener.accept().await {
+            Ok((s, _)) => {
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    // A connection's failure ends that connection only.
+                    let _ = connection(s, &ctx).await;
+                });
+            }
+            // Out of descriptors or similar: wait a little rather than spin.
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+async fn connection(mut s: TcpStream, ctx: &Ctx) -> io::Result<()> {
+    s.set_nodelay(true)?;
+    let mut served = 0u64;
+    while let Some((msg, tail)) = read_frame::<_, Msg>(&mut s).await? {
+        served += 1;
+        let raft = msg.is_raft();
+        if raft && ctx.partition.is_on() {
+            return Ok(());
+        }
+        let reply = handle(ctx, msg, tail).await;
+        if raft && ctx.partition.is_on() {
+            return Ok(());
+        }
+        write_frame(&mut s, &reply, &[]).await?;
+        debug_assert!(served < u64::MAX);
+    }
+    Ok(())
+}
+
+async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>) -> Reply {
+    let raft = &ctx.raft;
+    match msg {
+        Msg::AppendEntries(rpc) => {
+            Reply::AppendEntries(raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+        }
+        Msg::Vote(rpc) => Reply::Vote(raft.vote(rpc).await.map_err(|e| e.to_string())),
+        Msg::PreVote(rpc) => Reply::Vote(raft.pre_vote(rpc).await.map_err(|e| e.to_string())),
+        Msg::FullSnapshot { vote, meta } => {
+            let snap = SnapshotOf::<crate::TypeConfig, crate::SnapshotData> { meta, snapshot: tail };
+            Reply::Snapshot(raft.install_full_snapshot(vote, snap).await.map_err(|e| e.to_string()))
+        }
+        Msg::Write { command, request_id } => Reply::Write(write(ctx, &command, request_id).await),
+        Msg::Metrics => Reply::Metrics(metrics(ctx).await),
+        Msg::Lookup { parent, name } => lookup(ctx, parent, name).await,
+        Msg::Partition { on } => Reply::Partition(if ctx.allow_faults {
+            ctx.partition.set(on);
+            eprintln!("walraft-node {}: partition switch {}", ctx.id, if on { "ON" } else { "off" });
+            Ok(on)
+        } else {
+            Err("the partition switch is for tests: start the node with --allow-faults".into())
+        }),
+    }
+}
+
+fn forward(ctx: &Ctx, f: &ForwardToLeader<crate::TypeConfig>) -> WriteReply {
+    match (f.leader_id, &f.leader_node) {
+        (Some(l), Some(n)) if l != ctx.id => WriteReply::Redirect { leader: l, addr: n.addr.clone() },
+        _ => {
+            let why = match f.reason {
+                ForwardReason::LeaseExpired => {
+                    "this leader's lease is not established or has expired (right after an election, or cut off from a majority)"
+                }
+                ForwardReason::LeadershipTransfer => "leadership is being transferred",
+                ForwardReason::NotLeader => "no leader is known yet",
+            };
+            WriteReply::Rejected { why: format!("not appended: {why}; retry"), retry: true }
+        }
+    }
+}
+
+async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64) -> WriteReply {
+    let cmd = match catalog::Command::decode(command_untrusted) {
+        Ok(c) => c,
+        Err(e) => return WriteReply::Rejected { why: format!("not a catalog command: {e}"), retry: false },
+    };
+    let req = Request::command(&cmd, (request_id != 0).then_some(request_id));
+    match tokio::time::timeout(ctx.write_timeout, ctx.raft.client_write(req)).await {
+        Err(_) => WriteReply::Indeterminate {
+            why: format!(
+                "not known committed within {:?}: the log decides its fate; retry with the same request id",
+                ctx.write_timeout
+            ),
+        },
+        Ok(Ok(r)) => WriteReply::Committed { index: r.log_id.index, outcome: r.data },
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => forward(ctx, &f),
+        Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)))) => WriteReply::Indeterminate {
+            why: format!("appended here, then this node adopted another leader's log ({f}); retry with the same request id"),
+        },
+        // A membership change or a conditional write (never sent from here): refused before
+        // anything was appended.
+        Ok(Err(RaftError::APIError(
+            e @ (ClientWriteError::ChangeMembershipError(_) | ClientWriteError::PreconditionFailed(_)),
+        ))) => WriteReply::Rejected { why: e.to_string(), retry: false },
+        Ok(Err(RaftError::Fatal(f))) => {
+            WriteReply::Indeterminate { why: format!("this node's raft stopped ({f}); retry elsewhere with the same request id") }
+        }
+    }
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn metrics(ctx: &Ctx) -> NodeMetrics {
+    let m = ctx.raft.metrics().borrow_watched().clone();
+    let applied = ctx
+        .raft
+        .with_state_machine(|sm: &mut StateMachineStore| {
+            let cp = sm.applier().checkpoint();
+            let r = (sm.last_applied().map(|l| l.index), hex(&cp.digest), cp.entity_count);
+            Box::pin(async move { r })
+        })
+        .await;
+    let fatal = m.running_state.as_ref().err().map(|e| e.to_string());
+    let (last_applied, digest, entities) = match applied {
+        Ok(a) => a,
+        Err(e) => (m.last_applied.map(|l| l.index), format!("unavailable: {e}"), 0),
+    };
+    NodeMetrics {
+        id: ctx.id,
+        state: format!("{:?}", m.state),
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log_index: m.last_log_index,
+        committed: m.local_committed.map(|l| l.index),
+        last_applied,
+        digest,
+        entities,
+        snapshot: m.snapshot.map(|l| l.index),
+        purged: m.purged.map(|l| l.index),
+        partitioned: ctx.partition.is_on(),
+        fatal,
+    }
+}
+
+async fn lookup(ctx: &Ctx, parent: Option<u64>, name: String) -> Reply {
+    let r = ctx
+        .raft
+        .with_state_machine(move |sm: &mut StateMachineStore| {
+            let e = sm.catalog().lookup(parent.map(catalog::EntityId), &name).map(|e| EntityView {
+                id: e.id.0,
+                parent: e.parent.map(|p| p.0),
+                kind: e.kind.as_str().to_string(),
+                name: e.name().to_string(),
+                version: e.version,
+            });
+            Box::pin(async move { e })
+        })
+        .await;
+    match r {
+        Ok(e) => Reply::Lookup(e),
+        Err(e) => Reply::Error(format!("the state machine is unavailable: {e}")),
+    }
+}
