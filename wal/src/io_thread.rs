@@ -754,7 +754,9 @@ impl Io<'_> {
         if !self.sync_due(Instant::now()) {
             return false;
         }
-        match self.wal.start_sync() {
+        let waited =
+            self.flights.iter().any(|f| f.pending.iter().any(|p| p.durability == Durability::Durable));
+        match self.wal.start_sync(waited) {
             Ok(started) => started,
             Err(e) => {
                 self.fence(e.to_string());

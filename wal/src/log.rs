@@ -111,9 +111,12 @@ pub struct Options {
 /// How a new segment file is made of zeros before records overwrite it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SegmentFill {
-    /// Zeros written (the default for a log that syncs often), but a reservation for the
-    /// next segment when the segment just sealed took at most one fdatasync per
-    /// [`RESERVE_BYTES_PER_SYNC`] bytes: a bulk writer then writes its bytes once, not twice.
+    /// Zeros written (the default for a log whose acknowledgements wait for syncs), but a
+    /// reservation for the next segment when, while the segment just sealed took its bytes,
+    /// at most one sync per [`RESERVE_BYTES_PER_SYNC`] bytes had an acknowledgement waiting
+    /// for it: a bulk writer then writes its bytes once, not twice. Waited-for syncs decide
+    /// because a reserved segment's journal commit lengthens every sync (in this disk's slow
+    /// regime it doubled the p50 of 1 MiB durable appends), which only a bulk load can afford.
     #[default]
     Adaptive,
     /// Always written: every fdatasync overwrites blocks that are allocated and initialized,
@@ -125,9 +128,8 @@ pub enum SegmentFill {
 }
 
 /// [`SegmentFill::Adaptive`]'s threshold. Writing a segment's zeros costs its length in disk
-/// bandwidth once; reserving it costs a journal commit (about 0.1 ms here, `limits.md` S5) at
-/// each sync. At one sync per MiB or fewer, the zeros cost over ten times more disk time than
-/// the commits, and each commit adds under 10% to a sync that flushes a MiB (S11).
+/// bandwidth once; reserving it costs a journal commit (about 0.1 ms here in the fast regime,
+/// `limits.md` S5, a device flush in the slow one) at each sync.
 pub const RESERVE_BYTES_PER_SYNC: u64 = 1 << 20;
 
 impl Default for Options {
@@ -248,7 +250,8 @@ pub struct Wal {
     pub(crate) poisoned: Option<String>,
     /// The next segment being prepared on a helper thread.
     pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<()>>)>,
-    /// Completed data syncs since the active segment was activated; `None` before the first
+    /// Syncs that an acknowledgement waited for (`Wal::sync`, or a pipelined sync covering a
+    /// durable entry) since the active segment was activated; `None` before the first
     /// activation of this process (nothing to judge the next segment's fill on).
     pub(crate) syncs_in_segment: Option<u64>,
     /// Whether new segment files are reserved rather than written (see [`SegmentFill`]).
@@ -630,14 +633,15 @@ impl Wal {
     }
 
     /// Decides, at an activation, how the next segment files get their zeros: on the
-    /// segment just sealed, by how many syncs its bytes took (one sync closes the seal).
+    /// segment just sealed, by how many syncs someone waited for while it took its bytes (the
+    /// seal's own syncs and the syncs that only bound `Written` entries do not count).
     fn choose_fill(&mut self) {
         let last = self.syncs_in_segment.replace(0);
         self.reserve_segments = match self.opts.segment_fill {
             SegmentFill::Zeros => false,
             SegmentFill::Reserved => true,
             SegmentFill::Adaptive => last.is_some_and(|syncs| {
-                syncs.saturating_sub(1) * RESERVE_BYTES_PER_SYNC <= u64::from(self.opts.segment_len_bytes)
+                syncs * RESERVE_BYTES_PER_SYNC <= u64::from(self.opts.segment_len_bytes)
             }),
         };
     }
@@ -715,10 +719,15 @@ impl Wal {
     /// Submits an fdatasync over every batch written so far and returns at once; false when
     /// nothing is unsynced or a sync is in flight already (one per file at most). Only its
     /// completion, taken by [`Wal::poll_sync`], moves the durable watermark.
-    pub(crate) fn start_sync(&mut self) -> Result<bool> {
+    /// `waited`: whether an acknowledgement waits for this sync (a durable entry), which is
+    /// what [`SegmentFill::Adaptive`] counts.
+    pub(crate) fn start_sync(&mut self, waited: bool) -> Result<bool> {
         self.check_writable(None)?;
         if self.pipe.sync.is_some() || self.written_seq <= self.durable_seq {
             return Ok(false);
+        }
+        if waited {
+            self.count_waited_sync();
         }
         let Some(file) = self.active.as_ref().map(|a| a.file) else {
             return Err(Error::InvalidArgument("unsynced records without an active segment".into()));
@@ -801,9 +810,6 @@ impl Wal {
         self.durable_seq = seq;
         self.durable_logical = logical;
         self.durable_end = end;
-        if let Some(n) = &mut self.syncs_in_segment {
-            *n += 1;
-        }
         Ok(())
     }
 
@@ -933,7 +939,17 @@ impl Wal {
     /// unsynced byte exists).
     pub fn sync(&mut self) -> Result<()> {
         self.flush()?;
+        if self.written_seq > self.durable_seq {
+            self.count_waited_sync();
+        }
         self.sync_written()
+    }
+
+    /// Counts a sync that an acknowledgement waits for, for [`SegmentFill::Adaptive`].
+    fn count_waited_sync(&mut self) {
+        if let Some(n) = &mut self.syncs_in_segment {
+            *n += 1;
+        }
     }
 
     fn sync_written(&mut self) -> Result<()> {

@@ -168,3 +168,39 @@ fn forced_fills_ignore_the_history() {
         log.close().unwrap();
     }
 }
+
+/// Through the I/O thread: entries only `Written` (syncs that bound them but that nobody waits
+/// for) make the next segments reserved; durable entries of any size keep written zeros, since
+/// a reserved segment's journal commit would lengthen every sync they wait for.
+#[test]
+fn the_io_thread_reserves_after_written_only_segments_and_not_after_durable_ones() {
+    use wal::{AsyncOptions, AsyncWal, Durability};
+    for (durability, entry, want_reserved) in
+        [(Durability::Written, 4096usize, true), (Durability::Durable, 64 << 10, false)]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, st) = open(dir.path(), SegmentFill::Adaptive);
+        let log = AsyncWal::start(log, AsyncOptions::default()).unwrap();
+        let mut last = None;
+        let mut n = 0u64;
+        while st.prepared().len() < 4 {
+            assert!(n < 10_000, "no rotation after {n} entries");
+            let t = log.append(Epoch(0), entry_of(n, entry), durability).unwrap();
+            if durability == Durability::Durable {
+                t.wait().unwrap();
+            }
+            last = Some(t);
+            n += 1;
+        }
+        last.unwrap().wait_durable().unwrap();
+        log.close().unwrap();
+        let reserved = st.prepared().iter().any(|(_, r)| *r);
+        assert_eq!(reserved, want_reserved, "{durability:?} {entry} B: {:?}", st.prepared());
+        let scan = wal::scan_log(&FileStorage::new(dir.path(), false).unwrap(), true).unwrap();
+        assert_eq!(scan.verdict, wal::CrcVerdict::Ok, "{:?}", scan.damage);
+    }
+}
+
+fn entry_of(i: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize * 7 + j) as u8).collect()
+}

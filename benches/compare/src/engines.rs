@@ -116,7 +116,11 @@ impl WalEngine {
 
     pub fn open(dir: &Path) -> Res<WalEngine> {
         std::fs::create_dir_all(dir)?;
-        let opts = wal::Options { segment_len_bytes: 64 << 20, ..wal::Options::default() };
+        let opts = wal::Options {
+            segment_len_bytes: 64 << 20,
+            segment_fill: segment_fill()?,
+            ..wal::Options::default()
+        };
         let (log, _report) = wal::Wal::open(dir, opts)?;
         Ok(WalEngine { log: wal::AsyncWal::start(log, wal::AsyncOptions::default())? })
     }
@@ -182,6 +186,17 @@ impl Engine for WalEngine {
     fn close(self: Box<Self>) -> Res<()> {
         Ok(self.log.close()?)
     }
+}
+
+/// `WAL_SEGMENT_FILL=zeros|reserved|adaptive` (default: the engine's default, adaptive): how
+/// this engine's segments get their zeros, to measure what the adaptive choice costs or saves.
+fn segment_fill() -> Res<wal::SegmentFill> {
+    Ok(match std::env::var("WAL_SEGMENT_FILL").as_deref() {
+        Err(_) | Ok("adaptive") => wal::SegmentFill::Adaptive,
+        Ok("zeros") => wal::SegmentFill::Zeros,
+        Ok("reserved") => wal::SegmentFill::Reserved,
+        Ok(other) => return Err(format!("WAL_SEGMENT_FILL={other}: zeros, reserved or adaptive").into()),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
