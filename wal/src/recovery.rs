@@ -622,6 +622,12 @@ pub fn scan_log_with(
         lsn_here = logical.as_ref().map_or(lsn_here, |l| l.next_lsn);
         out.absorb_walk(seq, header, &mut w);
     }
+    // The segment a clean close sealed (wal.meta names it) must be there: without it the log
+    // would end at an earlier sealed segment and scan OK, its acknowledged entries gone.
+    if out.damage.is_none() && closed >= floor && live.last().is_none_or(|&l| l < closed) {
+        let d = damage_at(CrcVerdict::Corrupt, DamageKind::MissingSegment { segment: closed }, closed, 0);
+        out.damage = Some(at_lsn(d, lsn_here));
+    }
     if out.logical.is_none() {
         out.logical = logical;
     }

@@ -405,3 +405,26 @@ fn a_truncated_sealed_segment_is_corrupt() {
         check(&fx, *fi, bytes, &format!("segment {seq} cut to {keep} bytes"), None);
     }
 }
+
+/// Found by the fault sweep: after a clean close, `wal.meta` names the segment the close sealed,
+/// so that segment missing is CORRUPT, not a shorter log that scans OK (it held acknowledged
+/// entries: an OK verdict would lose them silently).
+#[test]
+fn a_missing_last_segment_after_a_clean_close_is_corrupt() {
+    let fx = fixture();
+    let (_, seq, _) = fx.segments.last().unwrap();
+    // Without it and the spare prepared after it (a log with no spare has just the one).
+    let v: Vec<_> = fx
+        .files
+        .iter()
+        .filter(|f| wal::format::parse_segment_file_name(&f.0).is_none_or(|s| s < *seq))
+        .cloned()
+        .collect();
+    let scan = wal::scan_log(&MemStorage::from_files(v.clone()), true).unwrap();
+    let d = scan.damage.unwrap_or_else(|| panic!("segment {seq} missing scanned {:?}", scan.verdict));
+    assert_eq!(d.verdict, CrcVerdict::Corrupt, "{d}");
+    assert_eq!(d.kind, DamageKind::MissingSegment { segment: *seq }, "{d}");
+    // A writer's open (a fast scan) refuses it too.
+    let opts = Options { segment_len_bytes: SEG, ..Options::default() };
+    assert!(matches!(Wal::open_with(Arc::new(MemStorage::from_files(v)), opts), Err(wal::Error::Damaged(_))));
+}
