@@ -428,3 +428,25 @@ fn a_missing_last_segment_after_a_clean_close_is_corrupt() {
     let opts = Options { segment_len_bytes: SEG, ..Options::default() };
     assert!(matches!(Wal::open_with(Arc::new(MemStorage::from_files(v)), opts), Err(wal::Error::Damaged(_))));
 }
+
+/// Found by the fault sweep: a read that fails while a full scan reads the log (also the read of
+/// `wal.close`, which a clean close leaves) is an I/O error, never a verdict about the bytes: an
+/// unreadable `wal.close` used to be reported CORRUPT (BadCloseFile).
+#[test]
+fn a_failed_read_during_a_scan_is_an_io_error_never_a_verdict() {
+    use wal::storage::{Call, FailCall};
+    let fx = fixture();
+    assert!(fx.files.iter().any(|f| f.0 == wal::format::CLOSE_FILE_NAME), "the fixture has no wal.close");
+    let probe = MemStorage::from_files(fx.files.clone());
+    wal::scan_log(&probe, true).unwrap();
+    let reads = probe.faults().calls[Call::ALL.iter().position(|c| *c == Call::Read).unwrap()];
+    assert!(reads > 4, "{reads} reads");
+    for nth in 0..reads {
+        let st = MemStorage::from_files(fx.files.clone());
+        st.faults().fail_calls = vec![FailCall { call: Call::Read, nth, errno: 5 }];
+        match wal::scan_log(&st, true) {
+            Err(wal::Error::Io { .. }) => {}
+            other => panic!("read #{nth} failing gave {:?}", other.map(|s| (s.verdict, s.damage))),
+        }
+    }
+}
