@@ -52,7 +52,8 @@ fn main() {
             std::process::exit(1);
         }
     }
-    if sum.entries_lost != 0 {
+    if sum.entries_lost != 0 || !sum.failures.is_empty() {
+        eprintln!("FAILED: {:#?}", sum.failures);
         std::process::exit(1);
     }
 }

@@ -21,6 +21,7 @@ fn fast_subset_of_the_fault_sweep() {
     let s = sweep::sweep(1, Some(FAST_SEEDS), None, None, threads);
     println!("fault sweep, seeds 1..={FAST_SEEDS}, {:?}: {s:#?}", t.elapsed());
     println!("{} cases", s.total());
+    assert!(s.failures.is_empty(), "failed: {:#?}", s.failures);
     assert!(s.total() >= 100_000, "only {} cases", s.total());
     for c in sweep::Class::ALL {
         assert!(s.cases.get(c.name()).is_some_and(|&n| n > 0), "no {} case ran", c.name());

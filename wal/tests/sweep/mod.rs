@@ -127,6 +127,9 @@ pub struct Summary {
     /// Checkpoints replay compared with the online digest (the state verdict CLEAN).
     pub checkpoints_checked: u64,
     pub seeds: u64,
+    /// Failed cases (each message names the seed, the case and the replay command). The sweep
+    /// stops at the first.
+    pub failures: Vec<String>,
 }
 
 impl Summary {
@@ -151,6 +154,7 @@ impl Summary {
         self.entries_lost += o.entries_lost;
         self.checkpoints_checked += o.checkpoints_checked;
         self.seeds += o.seeds;
+        self.failures.extend(o.failures.iter().cloned());
     }
 
     fn fault(&mut self, kind: &'static str, n: u64) {
@@ -375,7 +379,8 @@ impl Oracle<'_> {
         // The recovered entries: a state between the acknowledged and the staged one (exactly,
         // for a writer; a prefix that keeps everything acknowledged, for a salvage read). With a
         // purge under way the log may start later; the state then comes from a snapshot.
-        let from = got.first().map_or(u64::MAX, |e| e.0);
+        // (An empty log after a purge starts at its next LSN: its state is all in a snapshot.)
+        let from = got.first().map_or(log.next_lsn().0, |e| e.0);
         let tail = |c: &Candidate| -> Vec<(u64, Vec<u8>)> {
             if self.purging {
                 c.entries.iter().filter(|e| e.0 >= from).cloned().collect()
@@ -393,21 +398,23 @@ impl Oracle<'_> {
             got.len() >= keep && t.starts_with(&got)
         };
         let Some(c) = self.candidates.iter().find(|c| fits(c)) else {
+            let first_diff = tail(acked).iter().zip(&got).find(|(a, b)| a != b).map(|(a, _)| a.0);
             return Err(format!(
                 "recovered {} entries ({:?}..{:?}), not a state between the acknowledged ({} entries, last {:?}) \
-                 and the staged ones",
+                 and the staged ones ({} states); first LSN unlike the acknowledged state: {first_diff:?}",
                 got.len(),
                 got.first().map(|e| e.0),
                 got.last().map(|e| e.0),
                 acked.entries.len(),
                 acked.entries.last().map(|e| e.0),
+                self.candidates.len(),
             ));
         };
         let acked_here = acked.entries.iter().filter(|e| got.contains(e)).count() as u64;
         // Replay through the apply seam: every checkpoint matches (CLEAN), and the state is the
         // model's for the recovered entries (for a salvage read, the prefix read).
         let first_model = c.entries.first().map_or(u64::MAX, |e| e.0);
-        let start = if from > first_model && from != u64::MAX {
+        let start = if from > first_model && self.purging {
             let base = bases
                 .into_iter()
                 .filter(|a| a.applied().is_some_and(|l| l.0 + 1 >= from))
@@ -421,7 +428,7 @@ impl Oracle<'_> {
         };
         let from_lsn = start.applied().map(|l| Lsn(l.0 + 1));
         let mut r = Replayer::new(start);
-        let mut it = log.replay_from(from_lsn, Bound::Durable).map_err(|e| e.to_string())?;
+        let mut it = log.replay_from(from_lsn, Bound::Written).map_err(|e| e.to_string())?;
         r.run(&mut it).map_err(|e| format!("replay through the seam: {e}"))?;
         let (applier, report) = r.finish();
         if let Some(d) = &report.divergence {
@@ -433,7 +440,8 @@ impl Oracle<'_> {
         let want = if writer {
             c.state()
         } else {
-            let upto = got.last().map_or(0, |e| e.0);
+            // The salvaged prefix (on top of the snapshot, when the replay started from one).
+            let upto = got.last().map(|e| e.0).max(report.base.map(|b| b.0)).unwrap_or(0);
             let prefix: Vec<_> = c.entries.iter().filter(|e| e.0 <= upto).cloned().collect();
             model_state(&prefix).checkpoint()
         };
@@ -509,14 +517,32 @@ pub struct Plan {
     /// Segments to reach before stopping.
     pub segments: usize,
     pub snapshot_and_purge: bool,
+    /// Suffix truncations. Off where disk full may withdraw a batch: the model then finds what
+    /// stayed from the log's next LSN, which a cut and a re-append of the same LSN in one
+    /// withdrawn batch would make ambiguous.
+    pub cuts: bool,
 }
 
 impl Plan {
     pub fn full(seed: u64) -> Plan {
-        Plan { seed, short_writes: seed % 2 == 1, steps: 600, segments: 4, snapshot_and_purge: true }
+        Plan {
+            seed,
+            short_writes: seed % 2 == 1,
+            steps: 600,
+            segments: 4,
+            snapshot_and_purge: true,
+            cuts: true,
+        }
     }
     pub fn short(seed: u64) -> Plan {
-        Plan { seed, short_writes: seed % 2 == 1, steps: 40, segments: 2, snapshot_and_purge: false }
+        Plan {
+            seed,
+            short_writes: seed % 2 == 1,
+            steps: 40,
+            segments: 2,
+            snapshot_and_purge: false,
+            cuts: true,
+        }
     }
 }
 
@@ -670,7 +696,7 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
                     None => Ok("checkpoint"),
                 }
             }
-            70..=72 if next > last_cp + 2 && next > 3 => {
+            70..=72 if plan.cuts && next > last_cp + 2 && next > 3 => {
                 // A conflicting leader's cut, above the last checkpoint.
                 let after = (next - 1 - rng.below(3)).max(last_cp);
                 hist.push(HOp::Cut(after + 1), true);
@@ -746,7 +772,10 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
             Ok(()) => acked = hist.len(),
             Err(e) => {
                 if ran.error.is_none() {
-                    ran.error = Some((e, true));
+                    // Disk full at a close (no room for wal.close or wal.meta's replacement)
+                    // is an error like any disk full: the sealed segment holds everything.
+                    let poisoned = !matches!(e, Error::DiskFull { .. });
+                    ran.error = Some((e, poisoned));
                     ran.close_failed = true;
                 }
             }
@@ -1302,8 +1331,7 @@ pub fn disk_full_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
         let Some(n) = cases.take() else { continue };
         let cap = segs * u64::from(SEG) + rng.below(u64::from(SEG));
         let ctx = cases.ctx(n, &format!("capacity {cap} bytes"));
-        let plan =
-            Plan { seed, short_writes: seed % 2 == 1, steps: 150, segments: 5, snapshot_and_purge: false };
+        let plan = Plan { steps: 150, segments: 5, cuts: false, ..Plan::short(seed) };
         let st = faulty(seed, plan.short_writes);
         st.faults().capacity_bytes = Some(cap);
         let ran = run_workload(&st, &plan, &new_model());
@@ -1335,7 +1363,7 @@ pub fn disk_full_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
 pub fn syscall_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
     let mut cases = Cases::new(seed, Class::SyscallFail, only);
     let mut rng = Rng::new(seed ^ 0x5ca11);
-    let plan = Plan { steps: 80, segments: 3, ..Plan::short(seed) };
+    let plan = Plan { steps: 80, segments: 3, cuts: false, ..Plan::short(seed) };
     let clean = faulty(seed, plan.short_writes);
     run_workload(&clean, &plan, &new_model());
     let counts = clean.faults().calls;
@@ -1555,7 +1583,7 @@ pub fn run_seed(seed: u64, only: Option<Only>) -> Summary {
         if wants(Class::Corrupt) {
             // Another log (another id) of the same shape, for foreign sectors.
             let other = faulty(seed ^ 0xf0f0, false);
-            let o = run_workload(&other, &Plan { seed: seed ^ 0xf0f0, ..Plan::full(seed) }, &new_model());
+            let o = run_workload(&other, &Plan::full(seed ^ 0xf0f0), &new_model());
             corrupt_class(seed, &ran, &files_of(&o.st.state()), only, &mut sum);
         }
         if wants(Class::ReadError) {
@@ -1641,6 +1669,7 @@ pub fn to_json(sum: &Summary, info: &RunInfo) -> serde_json::Value {
         "acknowledged_entries_checked": sum.acked_checked,
         "checkpoints_checked": sum.checkpoints_checked,
         "entries_lost": sum.entries_lost,
+        "failures": sum.failures,
     })
 }
 
@@ -1663,11 +1692,23 @@ pub fn sweep(
                 if max_seeds.is_some_and(|m| seed >= first + m)
                     || max_cases.is_some_and(|m| lock(&total).total() >= m)
                     || deadline.is_some_and(|d| std::time::Instant::now() >= d)
+                    || !lock(&total).failures.is_empty()
                 {
                     return;
                 }
-                let one = run_seed(seed, None);
-                lock(&total).merge(&one);
+                // A failing case panics (its message, with the replay command, is printed by
+                // the panic hook); it is recorded and the sweep stops rather than losing the run.
+                match std::panic::catch_unwind(|| run_seed(seed, None)) {
+                    Ok(one) => lock(&total).merge(&one),
+                    Err(e) => {
+                        let why = e
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| format!("seed {seed}: a panic"));
+                        lock(&total).failures.push(why);
+                    }
+                }
             });
         }
     });
