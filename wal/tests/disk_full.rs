@@ -30,6 +30,18 @@ impl SmallFs {
         ok.then_some(SmallFs { dir })
     }
 
+    /// The 448 KiB tmpfs of these tests with 2 segments' worth of ballast in it (that a test
+    /// frees to make room again); `None`, after saying SKIPPED, where it cannot be mounted.
+    fn mount_with_ballast() -> Option<(SmallFs, PathBuf)> {
+        let Some(fs) = SmallFs::mount(448 * 1024) else {
+            eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+            return None;
+        };
+        let ballast = fs.dir.path().join("ballast");
+        std::fs::write(&ballast, vec![1u8; 2 * SEG as usize]).ok()?;
+        Some((fs, ballast))
+    }
+
     fn path(&self) -> PathBuf {
         self.dir.path().join("log")
     }
@@ -82,14 +94,8 @@ fn entries(dir: &Path) -> Vec<(u64, Vec<u8>)> {
 
 #[test]
 fn a_real_full_file_system_refuses_the_entry_keeps_the_log_and_recovers_while_full() {
-    let Some(fs) = SmallFs::mount(448 * 1024) else {
-        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
-        return;
-    };
+    let Some((fs, ballast)) = SmallFs::mount_with_ballast() else { return };
     let dir = fs.path();
-    // Ballast that the test frees at the end to make room for one more segment.
-    let ballast = fs.dir.path().join("ballast");
-    std::fs::write(&ballast, vec![1u8; 2 * SEG as usize]).unwrap();
     let (wal, _) = Wal::open(&dir, opts()).unwrap();
     let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap();
     let (acked, refused) = append_until_refused(&log);
@@ -156,13 +162,8 @@ fn the_size_budget_refuses_before_the_file_system_is_full() {
 #[test]
 fn the_pipeline_on_a_full_file_system_rejects_without_applying_and_restarts_clean() {
     use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
-    let Some(fs) = SmallFs::mount(448 * 1024) else {
-        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
-        return;
-    };
+    let Some((fs, ballast)) = SmallFs::mount_with_ballast() else { return };
     let dir = fs.path();
-    let ballast = fs.dir.path().join("ballast");
-    std::fs::write(&ballast, vec![1u8; 2 * SEG as usize]).unwrap();
     let o = PipelineOptions {
         log: Options { create: true, prepare_in_background: false, ..opts() },
         checkpoint_every_entries: 16,

@@ -29,9 +29,13 @@
 //! - `stale-epoch` (I7): appends from an older writer epoch, on both APIs.
 #![allow(dead_code)]
 
+#[path = "../common/history.rs"]
+pub mod history;
 #[path = "../common/kv.rs"]
 pub mod kv;
 
+pub use history::Rng;
+use history::{apply as apply_op, next_lsn_after, History, Op as HOp};
 use kv::Kv;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -44,25 +48,6 @@ use wal::{
 };
 
 pub const SEG: u32 = 64 * 1024;
-
-/// xorshift64*: every choice of a case comes from its seed.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// The classes of the matrix, in the order a seed runs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -213,58 +198,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 // ----- the model -----
-
-/// One staged change to the log's entries.
-#[derive(Clone, Debug)]
-enum HOp {
-    Put(u64, Vec<u8>),
-    /// Cut every LSN at or above this.
-    Cut(u64),
-}
-
-/// The staged history; `ok[k]`: the state after `ops[..k]` may be recovered (false inside a
-/// user batch: all or nothing).
-#[derive(Clone, Debug)]
-struct History {
-    ops: Vec<HOp>,
-    ok: Vec<bool>,
-}
-
-impl History {
-    fn new() -> History {
-        History { ops: Vec::new(), ok: vec![true] }
-    }
-    fn push(&mut self, op: HOp, boundary: bool) {
-        self.ops.push(op);
-        self.ok.push(boundary);
-    }
-    fn truncate(&mut self, len: usize) {
-        self.ops.truncate(len);
-        self.ok.truncate(len + 1);
-    }
-    fn len(&self) -> usize {
-        self.ops.len()
-    }
-}
-
-/// The next LSN after `ops` (a log starting at LSN 1).
-fn next_lsn_after(ops: &[HOp]) -> u64 {
-    ops.iter().fold(1, |_, op| match op {
-        HOp::Put(l, _) => l + 1,
-        HOp::Cut(k) => *k,
-    })
-}
-
-fn apply_op(m: &mut BTreeMap<u64, Vec<u8>>, op: &HOp) {
-    match op {
-        HOp::Put(l, p) => {
-            m.insert(*l, p.clone());
-        }
-        HOp::Cut(k) => {
-            m.split_off(k);
-        }
-    }
-}
 
 /// A state the log may recover to: its entries and (computed when first needed) the digest
 /// replaying them through the apply seam gives.
