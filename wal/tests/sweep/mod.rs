@@ -193,6 +193,14 @@ impl Cases {
     }
 }
 
+/// The message a panic carried.
+fn panic_message(e: Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -776,11 +784,7 @@ impl CrashChecker {
             return;
         }
         if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.check_point(cp, md))) {
-            let why = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
-            self.failed = Some(why.unwrap_or_else(|| "a panic".into()));
+            self.failed = Some(panic_message(e));
         }
     }
 
@@ -1427,48 +1431,63 @@ pub fn pipelined_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
     let hist = Arc::new(Mutex::new(History::new()));
     let acked = Arc::new(Mutex::new(BTreeSet::new()));
     let local = Arc::new(Mutex::new(Summary::default()));
+    let failed = Arc::new(Mutex::new(None::<String>));
     {
         let (hist, acked, local, cases) = (hist.clone(), acked.clone(), local.clone(), cases.clone());
         let mut rng = Rng::new(seed ^ 0xabc);
+        let failed = failed.clone();
+        // On the I/O thread, inside the storage: a failure is kept (the thread must not unwind
+        // through the log mid-call) and reported once the run is over.
         st.set_sync_observer(move |cp| {
-            let mut a = lock(&acked);
-            for c in rx.try_iter() {
-                if c.stage == Stage::Final {
-                    a.insert(c.lsn.0);
-                }
+            if lock(&failed).is_some() {
+                return;
             }
-            // Tickets resolve oldest first: the acknowledged LSNs are a dense prefix.
-            let n_acked = a.len();
-            assert!(a.iter().copied().eq(1..=n_acked as u64), "seed {seed}: acknowledgements out of order");
-            let h = lock(&hist).clone();
-            let cands = candidates(&h, n_acked, h.len());
-            let dirty = cp.state.effective_dirty_sectors();
-            let mut masks = vec![0u64, u64::MAX];
-            masks.extend((0..3).map(|_| rng.next()));
-            let mut cs = lock(&cases);
-            let mut sum = lock(&local);
-            for mask in masks {
-                let Some(n) = cs.take() else { continue };
-                let img = cp.state.crash(|node, s| match dirty.iter().position(|&d| d == (node, s)) {
-                    Some(i) if mask.rotate_right(i as u32 % 64) & 1 == 1 => SectorFate::New,
-                    _ => SectorFate::Old,
-                });
-                let o = Oracle {
-                    candidates: &cands,
-                    allow: ZERO,
-                    purging: false,
-                    snapshots: &[],
-                    carry_on: false,
-                };
-                let what = format!("sync #{}, {} acknowledged, mask {mask:#x}", cp.sync_index, n_acked);
-                let seen = o.check(&img).unwrap_or_else(|e| panic!("{}: {e}", cs.ctx(n, &what)));
-                *sum.cases.entry(Class::Pipelined.name()).or_default() += 1;
-                sum.acked_checked += seen.acked;
-                sum.checkpoints_checked += seen.checkpoints;
-                if let Some(v) = seen.verdict {
-                    sum.verdict(Class::Pipelined, v);
+            let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut a = lock(&acked);
+                for c in rx.try_iter() {
+                    if c.stage == Stage::Final {
+                        a.insert(c.lsn.0);
+                    }
                 }
-                sum.fault("crash images", 1);
+                // Tickets resolve oldest first: the acknowledged LSNs are a dense prefix.
+                let n_acked = a.len();
+                assert!(
+                    a.iter().copied().eq(1..=n_acked as u64),
+                    "seed {seed}: acknowledgements out of order"
+                );
+                let h = lock(&hist).clone();
+                let cands = candidates(&h, n_acked, h.len());
+                let dirty = cp.state.effective_dirty_sectors();
+                let mut masks = vec![0u64, u64::MAX];
+                masks.extend((0..3).map(|_| rng.next()));
+                let mut cs = lock(&cases);
+                let mut sum = lock(&local);
+                for mask in masks {
+                    let Some(n) = cs.take() else { continue };
+                    let img = cp.state.crash(|node, s| match dirty.iter().position(|&d| d == (node, s)) {
+                        Some(i) if mask.rotate_right(i as u32 % 64) & 1 == 1 => SectorFate::New,
+                        _ => SectorFate::Old,
+                    });
+                    let o = Oracle {
+                        candidates: &cands,
+                        allow: ZERO,
+                        purging: false,
+                        snapshots: &[],
+                        carry_on: false,
+                    };
+                    let what = format!("sync #{}, {} acknowledged, mask {mask:#x}", cp.sync_index, n_acked);
+                    let seen = o.check(&img).unwrap_or_else(|e| panic!("{}: {e}", cs.ctx(n, &what)));
+                    *sum.cases.entry(Class::Pipelined.name()).or_default() += 1;
+                    sum.acked_checked += seen.acked;
+                    sum.checkpoints_checked += seen.checkpoints;
+                    if let Some(v) = seen.verdict {
+                        sum.verdict(Class::Pipelined, v);
+                    }
+                    sum.fault("crash images", 1);
+                }
+            }));
+            if let Err(e) = checked {
+                *lock(&failed) = Some(panic_message(e));
             }
         });
     }
@@ -1488,12 +1507,18 @@ pub fn pipelined_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
             let t = window.pop_front().unwrap();
             assert!(t.wait_durable().is_ok(), "seed {seed}: no fault was injected");
         }
+        if lock(&failed).is_some() {
+            break;
+        }
     }
     for t in window {
         assert!(t.wait_durable().is_ok(), "seed {seed}");
     }
     log.close().unwrap_or_else(|e| panic!("seed {seed}: close: {e}"));
     st.set_sync_observer(|_| {});
+    if let Some(why) = lock(&failed).take() {
+        panic!("{why}");
+    }
     let f = st.faults();
     assert_eq!(f.syncs_over_unreaped_writes, 0, "seed {seed}: a sync was submitted over an unreaped write");
     assert_eq!(f.overlapping_syncs, 0, "seed {seed}: two syncs in flight on one file");
@@ -1633,14 +1658,7 @@ pub fn sweep(
                 // the panic hook); it is recorded and the sweep stops rather than losing the run.
                 match std::panic::catch_unwind(|| run_seed(seed, None)) {
                     Ok(one) => lock(&total).merge(&one),
-                    Err(e) => {
-                        let why = e
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_else(|| format!("seed {seed}: a panic"));
-                        lock(&total).failures.push(why);
-                    }
+                    Err(e) => lock(&total).failures.push(panic_message(e)),
                 }
             });
         }
