@@ -83,21 +83,38 @@ pub(crate) fn write_close_state(
 
 /// The logical state recorded by the clean close of `segment` with footer checksum
 /// `footer_crc` (its epoch is the footer's), if `wal.close` holds exactly that: any other
-/// content (another close, a torn or foreign file, none) is `None`, and the caller walks the
-/// segment instead.
+/// content (another close, a torn or foreign file, none) is `Ok(None)`, and the caller walks the
+/// segment instead. A file that cannot be read is `Err`: an I/O error says nothing about the
+/// bytes, so a scan reports it as such, never as damage.
 pub(crate) fn read_close_state(
     storage: &dyn Storage,
     segment: u64,
     footer_crc: u32,
-) -> Option<scan::Logical> {
-    use zerocopy::FromBytes;
-    let f = storage.open(CLOSE_FILE_NAME, false).ok()?;
+) -> Result<Option<scan::Logical>> {
+    let f = match storage.open(CLOSE_FILE_NAME, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("opening {CLOSE_FILE_NAME}"), e)),
+    };
     // Sixteen keys of 256 bytes and their headers stay far below 64 KiB.
-    let len = storage.len(f).ok().filter(|&l| l <= 64 << 10);
-    let mut buf = vec![0u8; len.unwrap_or(0) as usize];
-    let n = storage.read_at(f, 0, &mut buf);
+    let read = storage.len(f).and_then(|len| {
+        if len > 64 << 10 {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; len as usize];
+        let n = storage.read_at(f, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(Some(buf))
+    });
     storage.close(f);
-    let data = buf.get(..n.ok().filter(|_| len.is_some())?)?;
+    let Some(data) = read.map_err(|e| Error::io(format!("reading {CLOSE_FILE_NAME}"), e))? else {
+        return Ok(None);
+    };
+    Ok(parse_close_state(&data, segment, footer_crc))
+}
+
+fn parse_close_state(data: &[u8], segment: u64, footer_crc: u32) -> Option<scan::Logical> {
+    use zerocopy::FromBytes;
     let (body, crc) = data.split_at_checked(data.len().checked_sub(4)?)?;
     if crc32c::crc32c(body).to_le_bytes() != crc {
         return None;

@@ -543,7 +543,8 @@ pub fn scan_log_with(
             if seq != closed || fh.crc.get() != meta.closed_footer_crc.get() {
                 return None;
             }
-            let l = crate::lifecycle::read_close_state(storage, seq, fh.crc.get())?;
+            // Unreadable: walk the segment instead (the walk reads what it needs itself).
+            let l = crate::lifecycle::read_close_state(storage, seq, fh.crc.get()).ok().flatten()?;
             (l.next_lsn == fh.lsn.get()).then_some(Logical { epoch: fh.epoch.get(), ..l })
         };
         let at_close = if depth == Depth::Fast && !later_data(i) { closed_state() } else { None };
@@ -622,11 +623,17 @@ pub fn scan_log_with(
         lsn_here = logical.as_ref().map_or(lsn_here, |l| l.next_lsn);
         out.absorb_walk(seq, header, &mut w);
     }
+    // The segment a clean close sealed (wal.meta names it) must be there: without it the log
+    // would end at an earlier sealed segment and scan OK, its acknowledged entries gone.
+    if out.damage.is_none() && closed >= floor && live.last().is_none_or(|&l| l < closed) {
+        let d = damage_at(CrcVerdict::Corrupt, DamageKind::MissingSegment { segment: closed }, closed, 0);
+        out.damage = Some(at_lsn(d, lsn_here));
+    }
     if out.logical.is_none() {
         out.logical = logical;
     }
     if full && out.damage.is_none() && names.iter().any(|n| n == CLOSE_FILE_NAME) {
-        out.damage = check_close_file(storage, &out, &meta);
+        out.damage = check_close_file(storage, &out, &meta)?;
     }
     out.verdict = out.damage.as_ref().map_or(CrcVerdict::Ok, |d| d.verdict);
     Ok(out)
@@ -636,19 +643,19 @@ pub fn scan_log_with(
 /// close of the last segment holding records, a `wal.close` naming that close must hold the
 /// state the walk ended with, or an open would start from a wrong state. (It is written, synced
 /// and renamed before `wal.meta` records the close, so only damage makes it disagree.)
-fn check_close_file(storage: &dyn Storage, scan: &LogScan, meta: &MetaFile) -> Option<Damage> {
-    let last = scan.segments.last()?;
-    let footer = last.footer.as_ref()?;
+fn check_close_file(storage: &dyn Storage, scan: &LogScan, meta: &MetaFile) -> Result<Option<Damage>> {
+    let Some(last) = scan.segments.last() else { return Ok(None) };
+    let Some(footer) = last.footer.as_ref() else { return Ok(None) };
     if last.seq != meta.closed_segment_seq.get() || footer.crc != meta.closed_footer_crc.get() {
-        return None;
+        return Ok(None);
     }
-    let walked = scan.logical.as_ref()?;
-    let bad = |w| Some(damage_at(CrcVerdict::Corrupt, DamageKind::BadCloseFile(w), 0, 0));
-    match crate::lifecycle::read_close_state(storage, last.seq, footer.crc) {
+    let Some(walked) = scan.logical.as_ref() else { return Ok(None) };
+    let bad = |w| Ok(Some(damage_at(CrcVerdict::Corrupt, DamageKind::BadCloseFile(w), 0, 0)));
+    match crate::lifecycle::read_close_state(storage, last.seq, footer.crc)? {
         Some(l)
             if (l.next_lsn, l.first_lsn, &l.meta) == (walked.next_lsn, walked.first_lsn, &walked.meta) =>
         {
-            None
+            Ok(None)
         }
         Some(_) => bad("its state differs from the state at the end of the log"),
         None => bad("unreadable, or it names another close than wal.meta"),

@@ -405,3 +405,89 @@ fn a_truncated_sealed_segment_is_corrupt() {
         check(&fx, *fi, bytes, &format!("segment {seq} cut to {keep} bytes"), None);
     }
 }
+
+/// Found by the fault sweep: after a clean close, `wal.meta` names the segment the close sealed,
+/// so that segment missing is CORRUPT, not a shorter log that scans OK (it held acknowledged
+/// entries: an OK verdict would lose them silently).
+#[test]
+fn a_missing_last_segment_after_a_clean_close_is_corrupt() {
+    let fx = fixture();
+    let (_, seq, _) = fx.segments.last().unwrap();
+    // Without it and the spare prepared after it (a log with no spare has just the one).
+    let v: Vec<_> = fx
+        .files
+        .iter()
+        .filter(|f| wal::format::parse_segment_file_name(&f.0).is_none_or(|s| s < *seq))
+        .cloned()
+        .collect();
+    let scan = wal::scan_log(&MemStorage::from_files(v.clone()), true).unwrap();
+    let d = scan.damage.unwrap_or_else(|| panic!("segment {seq} missing scanned {:?}", scan.verdict));
+    assert_eq!(d.verdict, CrcVerdict::Corrupt, "{d}");
+    assert_eq!(d.kind, DamageKind::MissingSegment { segment: *seq }, "{d}");
+    // A writer's open (a fast scan) refuses it too.
+    let opts = Options { segment_len_bytes: SEG, ..Options::default() };
+    assert!(matches!(Wal::open_with(Arc::new(MemStorage::from_files(v)), opts), Err(wal::Error::Damaged(_))));
+}
+
+/// Found by the fault sweep: a read that fails while a full scan reads the log (also the read of
+/// `wal.close`, which a clean close leaves) is an I/O error, never a verdict about the bytes: an
+/// unreadable `wal.close` used to be reported CORRUPT (BadCloseFile).
+#[test]
+fn a_failed_read_during_a_scan_is_an_io_error_never_a_verdict() {
+    use wal::storage::{Call, FailCall};
+    let fx = fixture();
+    assert!(fx.files.iter().any(|f| f.0 == wal::format::CLOSE_FILE_NAME), "the fixture has no wal.close");
+    let probe = MemStorage::from_files(fx.files.clone());
+    wal::scan_log(&probe, true).unwrap();
+    let reads = probe.faults().calls[Call::ALL.iter().position(|c| *c == Call::Read).unwrap()];
+    assert!(reads > 4, "{reads} reads");
+    for nth in 0..reads {
+        let st = MemStorage::from_files(fx.files.clone());
+        st.faults().fail_calls = vec![FailCall { call: Call::Read, nth, errno: 5 }];
+        match wal::scan_log(&st, true) {
+            Err(wal::Error::Io { .. }) => {}
+            other => panic!("read #{nth} failing gave {:?}", other.map(|s| (s.verdict, s.damage))),
+        }
+    }
+}
+
+/// Found by the fault sweep, not fixed yet (ignored so CI stays green; run it with
+/// `--ignored`): a sealed segment whose footer slot was replaced by another log's (a misdirected
+/// or foreign write of the same layout) is CORRUPT to a full scan, but an open's fast scan takes that
+/// footer's counts (it checks the footer's own checksums, and the chain only at the next
+/// segment's header, where it reports the damage). A salvage read then replays the segment with
+/// the wrong cut count and yields entries the log had cut, next to the ones that replaced them.
+#[test]
+#[ignore = "known bug: a fast scan trusts a replaced footer's cut counts (issue 7, see README)"]
+fn a_salvage_read_past_a_replaced_footer_yields_no_cut_entry() {
+    let fx = fixture();
+    let (fi, seq, _) = &fx.segments[1];
+    // Another log of the same segment size whose segments cut nothing.
+    let other = MemStorage::new();
+    let (mut log, _) =
+        Wal::open_with(Arc::new(other.clone()), Options { segment_len_bytes: SEG, ..Options::default() })
+            .unwrap();
+    while log.segment_count() < 4 {
+        log.append(Epoch(0), &[7; 300]).unwrap();
+        log.flush().unwrap();
+    }
+    log.close().unwrap();
+    let name = segment_file_name(*seq);
+    let foreign = other.state().file_bytes(&name).unwrap().to_vec();
+    let at = footer_offset(SEG);
+    let mut v = fx.files.clone();
+    v[*fi].1[at..].copy_from_slice(&foreign[at..]);
+    let st = MemStorage::from_files(v);
+    assert_eq!(wal::scan_log(&st, true).unwrap().verdict, CrcVerdict::Corrupt);
+    let salvage =
+        Options { segment_len_bytes: SEG, recovery: wal::RecoveryMode::Salvage, ..Options::default() };
+    let (log, _) = Wal::open_with(Arc::new(st), salvage).unwrap();
+    let mut r = log.replay().unwrap();
+    let mut last = None;
+    while let Some(Ok(item)) = r.next() {
+        if item.kind == wal::ItemKind::Entry {
+            assert!(last.is_none_or(|l| item.lsn.0 > l), "LSN {} after {last:?}: a cut entry", item.lsn.0);
+            last = Some(item.lsn.0);
+        }
+    }
+}

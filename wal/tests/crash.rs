@@ -8,6 +8,9 @@
 //! must replay to the state after some prefix of the staged operations that includes everything
 //! acknowledged by a completed `sync` and never ends inside a user batch.
 
+mod common;
+
+use common::history::{apply, History, Op, Rng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,56 +18,6 @@ use wal::storage::{CrashPoint, MemStorage, SectorFate};
 use wal::{CrcVerdict, Epoch, Lsn, Options, Wal};
 
 const SEG: u32 = 64 * 1024;
-
-/// A tiny deterministic generator (xorshift64*), so failures replay from the printed seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// What the log should hold, as a history of staged operations.
-#[derive(Clone, Debug)]
-enum Op {
-    Put(u64, Vec<u8>),
-    /// Cut every LSN at or above this.
-    Cut(u64),
-}
-
-#[derive(Default)]
-struct History {
-    ops: Vec<Op>,
-    /// `ok[k]`: the state after `ops[..k]` may be recovered (false inside a user batch).
-    ok: Vec<bool>,
-}
-
-impl History {
-    fn new() -> Self {
-        History { ops: Vec::new(), ok: vec![true] }
-    }
-    fn push(&mut self, op: Op, boundary: bool) {
-        self.ops.push(op);
-        self.ok.push(boundary);
-    }
-}
-
-fn apply(m: &mut BTreeMap<u64, Vec<u8>>, op: &Op) {
-    match op {
-        Op::Put(l, p) => {
-            m.insert(*l, p.clone());
-        }
-        Op::Cut(k) => {
-            m.split_off(k);
-        }
-    }
-}
 
 fn payload(rng: &mut Rng, lsn: u64) -> Vec<u8> {
     let len = 1 + rng.below(400) as usize;

@@ -1,6 +1,9 @@
 //! Running out of space (DESIGN.md I6: disk full is its own error, the log stays usable) on a
 //! real, small file system and against the configured size budget.
 
+mod common;
+
+use common::kv::Kv;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -25,6 +28,18 @@ impl SmallFs {
             .status()
             .is_ok_and(|s| s.success());
         ok.then_some(SmallFs { dir })
+    }
+
+    /// The 448 KiB tmpfs of these tests with 2 segments' worth of ballast in it (that a test
+    /// frees to make room again); `None`, after saying SKIPPED, where it cannot be mounted.
+    fn mount_with_ballast() -> Option<(SmallFs, PathBuf)> {
+        let Some(fs) = SmallFs::mount(448 * 1024) else {
+            eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+            return None;
+        };
+        let ballast = fs.dir.path().join("ballast");
+        std::fs::write(&ballast, vec![1u8; 2 * SEG as usize]).ok()?;
+        Some((fs, ballast))
     }
 
     fn path(&self) -> PathBuf {
@@ -79,14 +94,8 @@ fn entries(dir: &Path) -> Vec<(u64, Vec<u8>)> {
 
 #[test]
 fn a_real_full_file_system_refuses_the_entry_keeps_the_log_and_recovers_while_full() {
-    let Some(fs) = SmallFs::mount(448 * 1024) else {
-        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
-        return;
-    };
+    let Some((fs, ballast)) = SmallFs::mount_with_ballast() else { return };
     let dir = fs.path();
-    // Ballast that the test frees at the end to make room for one more segment.
-    let ballast = fs.dir.path().join("ballast");
-    std::fs::write(&ballast, vec![1u8; 2 * SEG as usize]).unwrap();
     let (wal, _) = Wal::open(&dir, opts()).unwrap();
     let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap();
     let (acked, refused) = append_until_refused(&log);
@@ -143,4 +152,47 @@ fn the_size_budget_refuses_before_the_file_system_is_full() {
     wal.close().unwrap();
     let bad = Wal::open_with(Arc::new(st), Options { max_log_bytes: Some(u64::from(SEG)), ..o });
     assert!(matches!(bad, Err(Error::InvalidArgument(_))), "a budget below two segments is refused");
+}
+
+/// The commit pipeline on a real full file system (issue 7: "an error, the tail withdrawn,
+/// existing data intact"): the submission that finds no room resolves Rejected (never applied,
+/// never Indeterminate), the state holds exactly the committed entries, the pipeline is not
+/// fenced and refuses again while full; after space returns, a restart replays the log to the
+/// same state, CLEAN against every checkpoint, and takes entries again.
+#[test]
+fn the_pipeline_on_a_full_file_system_rejects_without_applying_and_restarts_clean() {
+    use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
+    let Some((fs, ballast)) = SmallFs::mount_with_ballast() else { return };
+    let dir = fs.path();
+    let o = PipelineOptions {
+        log: Options { create: true, prepare_in_background: false, ..opts() },
+        checkpoint_every_entries: 16,
+        ..PipelineOptions::default()
+    };
+    let (p, _) = Pipeline::open(&dir, o.clone(), Hooks::default(), Kv::default).unwrap();
+    let mut committed = 0u64;
+    let why = loop {
+        let body = format!("put k{committed} {}", "v".repeat(900));
+        match p.submit(body.as_bytes(), None).unwrap().wait() {
+            Ok(_) => committed += 1,
+            Err(f) => break f,
+        }
+        assert!(committed < 10_000, "never ran out of space");
+    };
+    assert!(matches!(why, Failure::Rejected(ref w) if w.contains("disk full")), "{why:?}");
+    assert!(committed > 100, "only {committed} entries fit");
+    assert_eq!(p.read(|kv| kv.map.len() as u64), committed, "a refused entry was applied");
+    assert!(p.fenced().is_none(), "disk full fenced the pipeline");
+    let again = p.submit(b"put again x", None).unwrap().wait();
+    assert!(matches!(again, Err(Failure::Rejected(_))), "{again:?}");
+    // Closing may need room for its final checkpoint; either way nothing committed is lost.
+    let _ = p.close();
+    std::fs::remove_file(ballast).unwrap();
+    let (p, restart) = Pipeline::open(&dir, o, Hooks::default(), Kv::default).unwrap();
+    assert!(restart.compare.divergence.is_none() && restart.fenced.is_none(), "{restart:?}");
+    assert!(restart.compare.checkpoints_checked > 0, "no checkpoint compared");
+    assert_eq!(p.read(|kv| kv.map.len() as u64), committed);
+    assert!(p.read(|kv| kv.map.contains_key(&format!("k{}", committed - 1))));
+    assert!(p.submit(b"put after room", None).unwrap().wait().is_ok());
+    p.close().unwrap();
 }

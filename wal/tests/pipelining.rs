@@ -14,6 +14,9 @@
 //! - A lone Written entry becomes durable within the configured delay, and a byte bound brings
 //!   the sync earlier; each delivers written, then final, on a completion channel.
 
+mod common;
+
+use common::history::Rng;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,17 +40,6 @@ fn start(st: &MemStorage, o: AsyncOptions) -> AsyncWal {
 fn entries_of(st: &MemStorage) -> Vec<(u64, Vec<u8>)> {
     let (wal, _) = Wal::open_with(Arc::new(st.clone()), opts()).unwrap();
     wal.replay().unwrap().collect_entries().unwrap()
-}
-
-/// xorshift64*, so a failure replays from its seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
 }
 
 fn payload(lsn_hint: u64, len: usize) -> Vec<u8> {

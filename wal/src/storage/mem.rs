@@ -15,6 +15,16 @@
 //! ([`MemStorage::set_sync_thread`]) runs the syncs. It also checks the discipline the log must
 //! keep with syncs in flight: it counts syncs submitted while a write to the same file was
 //! still unreaped, and a second sync submitted while one was in flight on the same file.
+//!
+//! With [`Faults::seed`] it is the simulated file system of the fault sweep (issue 7): every
+//! choice it makes comes from that seed, so a run replays exactly. Held-back operations then run
+//! as a seeded random *part* of them in a seeded random order at each waiting reap (a sync may
+//! run before a write submitted ahead of it, and then does not cover it: the io_uring hazard of a
+//! sync issued before its writes completed), completions are delivered shuffled, and short writes
+//! complete a seeded number of bytes. [`Faults::fail_calls`] fails a chosen call of a kind
+//! (create, rename, remove, directory sync, zero-fill, write, read), and
+//! [`Faults::observe_every_op`] hands the observer a crash point after every write, zero-fill and
+//! directory operation as well as before every sync.
 
 use super::{Bell, Completion, FileId, LockGuard, Mapping, Op, Ready, Storage, Submission, SyncThread};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -53,7 +63,53 @@ pub enum SectorFate {
 pub struct CrashPoint {
     /// Count of sync operations (data and directory) submitted before this one.
     pub sync_index: u64,
+    /// The operation at whose boundary the state was taken.
+    pub at: Boundary,
     pub state: MemState,
+}
+
+/// The operation next to a crash point: before a sync takes effect, or just after any other
+/// operation took effect (those only with [`Faults::observe_every_op`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Boundary {
+    SyncData,
+    SyncDir,
+    Write,
+    ZeroFill,
+    Create,
+    Rename,
+    Remove,
+}
+
+/// A kind of call [`Faults::fail_calls`] can fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// `open` with `create_new` (also the one inside `prepare_file`).
+    Create,
+    Rename,
+    Remove,
+    SyncDir,
+    ZeroFill,
+    Write,
+    /// `read_at` and `map`.
+    Read,
+}
+
+impl Call {
+    pub const ALL: [Call; 7] =
+        [Call::Create, Call::Rename, Call::Remove, Call::SyncDir, Call::ZeroFill, Call::Write, Call::Read];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Fails the `nth` (0-based) call of a kind with `errno` (5 EIO, 28 ENOSPC, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailCall {
+    pub call: Call,
+    pub nth: u64,
+    pub errno: i32,
 }
 
 impl MemState {
@@ -200,6 +256,51 @@ pub struct Faults {
     /// Syncs submitted while another sync on the same file was in flight: the log must never
     /// do this (an error reported to one of them can be lost to the other).
     pub overlapping_syncs: u64,
+    /// Seeds every choice of the simulation (see the module doc); `None` keeps the fixed ones.
+    /// Holds the generator's state as it goes.
+    pub seed: Option<u64>,
+    /// Calls to fail, each once.
+    pub fail_calls: Vec<FailCall>,
+    /// Calls made so far, by kind ([`Call`] order).
+    pub calls: [u64; Call::ALL.len()],
+    /// Calls failed by `fail_calls`.
+    pub calls_failed: u64,
+    /// Hand the sync observer a crash point after every write, zero-fill, create, rename and
+    /// remove too, not only before every sync.
+    pub observe_every_op: bool,
+    /// Held-back operations that ran before one submitted ahead of them.
+    pub ran_out_of_order: u64,
+}
+
+impl Faults {
+    /// The next draw of the seeded generator (xorshift64*); `None` without a seed.
+    fn draw(&mut self) -> Option<u64> {
+        let x = self.seed.as_mut()?;
+        *x ^= *x >> 12;
+        *x ^= *x << 25;
+        *x ^= *x >> 27;
+        if *x == 0 {
+            *x = 0x9e37_79b9_7f4a_7c15;
+        }
+        Some(x.wrapping_mul(0x2545_F491_4F6C_DD1D))
+    }
+
+    /// Counts a call of `call` and returns the error it is to fail with, if any.
+    fn call(&mut self, call: Call) -> Option<io::Error> {
+        let n = self.calls[call.index()];
+        self.calls[call.index()] += 1;
+        let hit = self.fail_calls.iter().find(|f| f.call == call && f.nth == n)?;
+        self.calls_failed += 1;
+        Some(io::Error::from_raw_os_error(hit.errno))
+    }
+
+    /// A seeded permutation of `0..n` (identity without a seed).
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let Some(r) = self.draw() else { return };
+            v.swap(i, (r % (i as u64 + 1)) as usize);
+        }
+    }
 }
 
 type SyncObserver = Box<dyn FnMut(CrashPoint) + Send>;
@@ -426,11 +527,7 @@ impl MemStorage {
         match op {
             Op::Write { file, offset, data } => (self.write(file, offset, &data), Some(data)),
             Op::SyncData { file } => (self.sync_data(file), None),
-            Op::SyncDir => {
-                self.observe_sync();
-                self.sync_names();
-                (Ok(0), None)
-            }
+            Op::SyncDir => (self.sync_dir(), None),
             Op::ZeroFill { file, len } => (self.zero_fill(file, len), None),
         }
     }
@@ -438,9 +535,28 @@ impl MemStorage {
     /// Runs what `Faults::defer` held back: all of it, in reverse with `Faults::reorder`.
     fn run_deferred(&self) {
         let mut subs = std::mem::take(&mut *lock(&self.inner.deferred));
-        if subs.len() > 1 && self.faults().reorder {
-            subs.reverse();
-            self.faults().reordered += 1;
+        {
+            let mut f = self.faults();
+            if f.seed.is_some() && !subs.is_empty() {
+                // A seeded part of what is held back runs now, in a seeded order; the rest stays
+                // held, in submission order, for a later reap or wait.
+                let mut order: Vec<usize> = (0..subs.len()).collect();
+                f.shuffle(&mut order);
+                let run = 1 + (f.draw().unwrap_or(0) % subs.len() as u64) as usize;
+                order.truncate(run);
+                // An operation runs out of order when one submitted before it has not run yet.
+                let early =
+                    order.iter().enumerate().filter(|&(k, &i)| (0..i).any(|j| !order[..k].contains(&j)));
+                let early = early.count() as u64;
+                f.ran_out_of_order += early;
+                f.reordered += u64::from(early > 0);
+                let mut slots: Vec<Option<Submission>> = subs.into_iter().map(Some).collect();
+                subs = order.iter().filter_map(|&i| slots.get_mut(i).and_then(Option::take)).collect();
+                lock(&self.inner.deferred).splice(0..0, slots.into_iter().flatten());
+            } else if subs.len() > 1 && f.reorder {
+                subs.reverse();
+                f.reordered += 1;
+            }
         }
         for sub in subs {
             let (result, buf) = self.execute(sub.op);
@@ -461,19 +577,32 @@ impl MemStorage {
             .ok_or_else(|| io::Error::other(format!("file handle {file} is not open")))
     }
 
-    fn observe_sync(&self) {
+    fn observe_sync(&self, at: Boundary) {
         let idx = {
             let mut n = lock(&self.inner.sync_ops);
             *n += 1;
             *n - 1
         };
+        self.observe_at(idx, at);
+    }
+
+    /// A crash point just after a non-sync operation took effect (with `observe_every_op`).
+    fn observe_op(&self, at: Boundary) {
+        if !self.faults().observe_every_op {
+            return;
+        }
+        let idx = *lock(&self.inner.sync_ops);
+        self.observe_at(idx, at);
+    }
+
+    fn observe_at(&self, idx: u64, at: Boundary) {
         // The state stays locked while the observer runs: whatever else the observer reads (a
         // test's "acknowledged so far") cannot move past the state it was handed, since a sync
         // on another thread needs this lock to make anything durable.
         let st = lock(&self.inner.state);
         let mut obs = lock(&self.inner.observer);
         if let Some(f) = obs.as_mut() {
-            f(CrashPoint { sync_index: idx, state: st.clone() });
+            f(CrashPoint { sync_index: idx, at, state: st.clone() });
         }
     }
 
@@ -486,7 +615,27 @@ impl MemStorage {
         let mut n = data.len() as u64;
         {
             let mut f = self.faults();
+            if let Some(e) = f.call(Call::Write) {
+                return Err(e);
+            }
             if let Some(max) = f.short_write_max {
+                // Seeded: the write ends at a seeded sector boundary within the most allowed,
+                // where a real file system's short write ends (at a block it could not
+                // allocate, a page it could not copy), so a crash still finds each sector old or
+                // new; with no boundary before its end it completes whole.
+                let max = match f.draw() {
+                    Some(r) => {
+                        let first = (offset / SECTOR + 1) * SECTOR;
+                        let reach = offset + max.min(n);
+                        if first < offset + n && first <= reach {
+                            let ends = (reach - first) / SECTOR + 1;
+                            first + (r % ends) * SECTOR - offset
+                        } else {
+                            n
+                        }
+                    }
+                    None => max,
+                };
                 if n > max {
                     n = max;
                     f.short_writes_done += 1;
@@ -516,12 +665,14 @@ impl MemStorage {
                 nd.dirty.insert(s);
             }
         }
+        drop(st);
+        self.observe_op(Boundary::Write);
         Ok(n)
     }
 
     fn sync_data(&self, file: FileId) -> io::Result<u64> {
         let node = self.node(file)?;
-        self.observe_sync();
+        self.observe_sync(Boundary::SyncData);
         let fail = {
             let mut f = self.faults();
             let i = f.syncs_seen;
@@ -549,6 +700,16 @@ impl MemStorage {
         Ok(0)
     }
 
+    fn sync_dir(&self) -> io::Result<u64> {
+        self.observe_sync(Boundary::SyncDir);
+        if let Some(e) = self.faults().call(Call::SyncDir) {
+            // Like a failed fdatasync: nothing is made durable, and nothing says what is.
+            return Err(e);
+        }
+        self.sync_names();
+        Ok(0)
+    }
+
     fn sync_names(&self) {
         let mut st = lock(&self.inner.state);
         st.durable_names = st.live_names.clone();
@@ -556,14 +717,26 @@ impl MemStorage {
     }
 
     fn zero_fill(&self, file: FileId, len: u64) -> io::Result<u64> {
+        if let Some(e) = self.faults().call(Call::ZeroFill) {
+            return Err(e);
+        }
         let cur = self.len(file)?;
         if len > cur {
-            let zeros = vec![0u8; (len - cur) as usize];
-            let mut at = 0;
-            while at < zeros.len() {
-                let n = self.write(file, cur + at as u64, zeros.get(at..).unwrap_or_default())?;
-                at += n as usize;
+            // Written in full here (a zero-fill is not a caller's write: it is neither split
+            // nor failed by the write faults, only by capacity), observed once at its end.
+            let node = self.node(file)?;
+            let mut st = lock(&self.inner.state);
+            let cap = self.faults().capacity_bytes;
+            if cap.is_some_and(|cap| Self::used_bytes(&st) + (len - cur) > cap) {
+                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
             }
+            let nd = st.nodes.get_mut(&node).ok_or_else(|| io::Error::other("missing node"))?;
+            nd.live.resize(len as usize, 0);
+            for s in cur / SECTOR..=(len - 1) / SECTOR {
+                nd.dirty.insert(s);
+            }
+            drop(st);
+            self.observe_op(Boundary::ZeroFill);
         }
         Ok(0)
     }
@@ -575,6 +748,11 @@ impl Storage for MemStorage {
     }
 
     fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
+        if create_new {
+            if let Some(e) = self.faults().call(Call::Create) {
+                return Err(e);
+            }
+        }
         let mut st = lock(&self.inner.state);
         let node = match (st.live_names.get(name).copied(), create_new) {
             (Some(_), true) => return Err(io::Error::from(io::ErrorKind::AlreadyExists)),
@@ -590,6 +768,9 @@ impl Storage for MemStorage {
             }
         };
         drop(st);
+        if create_new {
+            self.observe_op(Boundary::Create);
+        }
         let mut h = lock(&self.inner.next_handle);
         let id = *h;
         *h += 1;
@@ -602,17 +783,27 @@ impl Storage for MemStorage {
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
+        if let Some(e) = self.faults().call(Call::Remove) {
+            return Err(e);
+        }
         let mut st = lock(&self.inner.state);
         st.live_names.remove(name).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         st.names_dirty = true;
+        drop(st);
+        self.observe_op(Boundary::Remove);
         Ok(())
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        if let Some(e) = self.faults().call(Call::Rename) {
+            return Err(e);
+        }
         let mut st = lock(&self.inner.state);
         let n = st.live_names.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         st.live_names.insert(to.to_string(), n);
         st.names_dirty = true;
+        drop(st);
+        self.observe_op(Boundary::Rename);
         Ok(())
     }
 
@@ -622,6 +813,9 @@ impl Storage for MemStorage {
     }
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(e) = self.faults().call(Call::Read) {
+            return Err(e);
+        }
         let node = self.node(file)?;
         let st = lock(&self.inner.state);
         let live = st.nodes.get(&node).map(|n| n.live.as_slice()).unwrap_or_default();
@@ -634,6 +828,9 @@ impl Storage for MemStorage {
     }
 
     fn map(&self, file: FileId) -> io::Result<Mapping> {
+        if let Some(e) = self.faults().call(Call::Read) {
+            return Err(e);
+        }
         let node = self.node(file)?;
         let st = lock(&self.inner.state);
         let live = st.nodes.get(&node).map(|n| n.live.as_slice()).unwrap_or_default();
@@ -676,7 +873,10 @@ impl Storage for MemStorage {
         let start = out.len();
         self.inner.ready.reap(out, wait)?;
         let mut f = self.faults();
-        if f.reorder && !f.defer && out.len() - start > 1 {
+        if f.seed.is_some() && out.len() - start > 1 {
+            f.shuffle(out.get_mut(start..).unwrap_or_default());
+            f.reordered += 1;
+        } else if f.reorder && !f.defer && out.len() - start > 1 {
             out.get_mut(start..).unwrap_or_default().reverse();
             f.reordered += 1;
         }
@@ -701,10 +901,7 @@ impl Storage for MemStorage {
         let f = self.open(name, true)?;
         let r = self.zero_fill(f, len).and_then(|_| self.sync_data(f));
         self.close(f);
-        let r = r.map(|_| {
-            self.observe_sync();
-            self.sync_names();
-        });
+        let r = r.and_then(|_| self.sync_dir().map(|_| ()));
         if r.is_err() {
             let _ = self.remove(name);
             self.sync_names();

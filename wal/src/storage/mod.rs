@@ -23,7 +23,7 @@ mod mem;
 mod uring;
 
 pub use file::{pread_full, FileStorage};
-pub use mem::{CrashPoint, Faults, MemState, MemStorage, SectorFate};
+pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, MemState, MemStorage, SectorFate};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
 

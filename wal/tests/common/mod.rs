@@ -1,4 +1,5 @@
 //! Helpers shared by integration tests.
 #![allow(dead_code)]
 
+pub mod history;
 pub mod kv;
