@@ -11,6 +11,7 @@
 //! | `try_get_log_entries` | a replay of the written log (`Bound::Written`) on the writer thread, above the purged index |
 
 use crate::codec::{self, COMMITTED_META_KEY, PURGED_META_KEY, VOTE_META_KEY};
+pub use crate::writer::IoStats;
 use crate::writer::{self, Done, Req};
 use crate::{Entry, LogId, TypeConfig, Vote};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -37,6 +38,7 @@ struct Known {
 #[derive(Debug)]
 struct Shared {
     known: Mutex<Known>,
+    counters: Arc<writer::Counters>,
 }
 
 impl Shared {
@@ -60,6 +62,16 @@ pub struct LogStore {
 impl Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogStore").field("known", &*self.shared.lock()).finish_non_exhaustive()
+    }
+}
+
+/// Reads a [`LogStore`]'s writer counters (see [`LogStore::io_stats_handle`]).
+#[derive(Clone, Debug)]
+pub struct IoStatsHandle(Arc<Shared>);
+
+impl IoStatsHandle {
+    pub fn get(&self) -> IoStats {
+        self.0.counters.snapshot()
     }
 }
 
@@ -132,13 +144,25 @@ impl LogStore {
         let log_id = wal.log_id();
         let known = Known { vote, committed: committed.flatten(), purged, last };
         let (tx, rx) = std::sync::mpsc::channel();
-        let thread = writer::spawn(wal, rx)?;
+        let counters = Arc::new(writer::Counters::default());
+        let thread = writer::spawn(wal, rx, counters.clone())?;
         Ok(LogStore {
-            shared: Arc::new(Shared { known: Mutex::new(known) }),
+            shared: Arc::new(Shared { known: Mutex::new(known), counters }),
             tx,
             thread: Some(thread),
             log_id,
         })
+    }
+
+    /// A handle that reads the writer thread's counters (fdatasyncs and what they covered),
+    /// usable after the store was handed to openraft.
+    pub fn io_stats_handle(&self) -> IoStatsHandle {
+        IoStatsHandle(self.shared.clone())
+    }
+
+    /// The writer thread's counters so far.
+    pub fn io_stats(&self) -> IoStats {
+        self.shared.counters.snapshot()
     }
 
     /// The log's random identity (`wal.meta`).
@@ -211,7 +235,7 @@ fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
 async fn read_entries(shared: &Shared, tx: &Sender<Req>, start: u64, end: u64) -> io::Result<Vec<Entry>> {
     let floor = shared.lock().purged.map(|p| p.index);
     let (rtx, rrx) = tokio::sync::oneshot::channel();
-    tx.send(Req::Read { start, end, floor, reply: rtx }).map_err(|_| stopped())?;
+    tx.send(Req::Read { start, end, floor, reply: rtx, queued: std::time::Instant::now() }).map_err(|_| stopped())?;
     let raw = rrx.await.map_err(|_| stopped())??;
     let mut out = Vec::with_capacity(raw.len());
     for (lsn, payload) in raw {

@@ -89,6 +89,10 @@ pub struct NodeMetrics {
     pub partitioned: bool,
     /// openraft's core stopped (a fatal error); the node is no longer part of the cluster.
     pub fatal: Option<String>,
+    /// The Raft log's writer counters since this process opened it (fdatasyncs and what they
+    /// covered).
+    #[serde(default)]
+    pub io: crate::IoStats,
 }
 
 /// An entity as a lookup shows it.

@@ -31,6 +31,7 @@ pub struct Ctx {
     pub partition: Partition,
     pub allow_faults: bool,
     pub write_timeout: Duration,
+    pub io_stats: crate::IoStatsHandle,
 }
 
 /// Accepts connections until the task is aborted.
@@ -172,6 +173,7 @@ async fn metrics(ctx: &Ctx) -> NodeMetrics {
         purged: m.purged.map(|l| l.index),
         partitioned: ctx.partition.is_on(),
         fatal,
+        io: ctx.io_stats.get(),
     }
 }
 
