@@ -65,6 +65,7 @@ fn delta(a: &IoStats, b: &IoStats) -> IoStats {
         purges: b.purges - a.purges,
         reads: b.reads - a.reads,
         read_wait_us: b.read_wait_us - a.read_wait_us,
+        cached_reads: b.cached_reads - a.cached_reads,
     }
 }
 
@@ -242,12 +243,13 @@ fn main() {
         let commits = mid.lat_us.len().max(1) as f64;
         for (role, s) in &mid.io {
             println!(
-                "  {name:<10} {role:<9} syncs/commit {:>5.2}  committed-records/commit {:>5.2}  entries/append {:>6.2}  reads/commit {:>5.2} (mean wait {:>5} us)  mean sync {:>6} us",
+                "  {name:<10} {role:<9} syncs/commit {:>5.2}  committed-records/commit {:>5.2}  entries/append {:>6.2}  reads/commit {:>5.2} (mean wait {:>5} us, {:>5.2} from memory)  mean sync {:>6} us",
                 s.syncs as f64 / commits,
                 s.committed as f64 / commits,
                 s.entries as f64 / s.appends.max(1) as f64,
                 s.reads as f64 / commits,
                 s.read_wait_us / s.reads.max(1),
+                s.cached_reads as f64 / commits,
                 s.sync_us / s.syncs.max(1)
             );
         }

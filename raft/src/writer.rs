@@ -92,6 +92,9 @@ pub(crate) struct Counters {
     purges: AtomicU64,
     reads: AtomicU64,
     read_wait_ns: AtomicU64,
+    cached_reads: AtomicU64,
+    /// Why the writer is fenced, once it is (reads served from memory fail then too).
+    fenced: std::sync::OnceLock<String>,
 }
 
 /// A copy of the writer's counters since the log was opened.
@@ -115,6 +118,9 @@ pub struct IoStats {
     /// waited in its queue, in microseconds.
     pub reads: u64,
     pub read_wait_us: u64,
+    /// Reads served from the entries kept in memory, without the writer thread.
+    #[serde(default)]
+    pub cached_reads: u64,
 }
 
 impl Counters {
@@ -132,7 +138,16 @@ impl Counters {
             purges: g(&self.purges),
             reads: g(&self.reads),
             read_wait_us: g(&self.read_wait_ns) / 1000,
+            cached_reads: g(&self.cached_reads),
         }
+    }
+
+    pub(crate) fn cached_read(&self) {
+        bump(&self.cached_reads, 1);
+    }
+
+    pub(crate) fn fenced(&self) -> Option<&str> {
+        self.fenced.get().map(String::as_str)
     }
 }
 
@@ -158,6 +173,7 @@ impl Writer {
     fn fence(&mut self, why: String) {
         if self.fenced.is_none() {
             eprintln!("wal-raft: the log writer is fenced: {why}");
+            let _ = self.counters.fenced.set(why.clone());
             self.fenced = Some(why);
         }
     }
@@ -216,14 +232,14 @@ impl Writer {
                 bump(&self.counters.appends, 1);
                 bump(&self.counters.entries, entries.len() as u64);
                 self.stage(
-                |w| {
-                    for (index, payload) in &entries {
-                        w.append_at(EPOCH, Lsn(*index), payload)?;
-                    }
-                    Ok(())
-                },
-                done,
-            )
+                    |w| {
+                        for (index, payload) in &entries {
+                            w.append_at(EPOCH, Lsn(*index), payload)?;
+                        }
+                        Ok(())
+                    },
+                    done,
+                )
             }
             Req::Meta { key, value, done } => {
                 match key {
@@ -236,13 +252,13 @@ impl Writer {
             Req::Truncate { after, next, done } => {
                 bump(&self.counters.truncates, 1);
                 self.stage(
-                |w| match after {
-                    Some(a) if a + 1 < w.next_lsn().0 => w.truncate_after(EPOCH, Lsn(a)),
-                    Some(_) => Ok(()),
-                    None => w.reset(EPOCH, Lsn(next)),
-                },
-                done,
-            )
+                    |w| match after {
+                        Some(a) if a + 1 < w.next_lsn().0 => w.truncate_after(EPOCH, Lsn(a)),
+                        Some(_) => Ok(()),
+                        None => w.reset(EPOCH, Lsn(next)),
+                    },
+                    done,
+                )
             }
             Req::Purge { upto, value, reset, done } => {
                 bump(&self.counters.purges, 1);
