@@ -44,7 +44,8 @@ pub enum Reply {
     Vote(Result<VoteResponse<TypeConfig>, String>),
     Snapshot(Result<SnapshotResponse<TypeConfig>, String>),
     Write(WriteReply),
-    Metrics(NodeMetrics),
+    /// Boxed: by far the largest reply, and a rare one.
+    Metrics(Box<NodeMetrics>),
     Lookup(Option<EntityView>),
     Partition(Result<bool, String>),
     /// The request could not be served at all (with why).

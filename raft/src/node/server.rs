@@ -83,7 +83,7 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>) -> Reply {
             Reply::Snapshot(raft.install_full_snapshot(vote, snap).await.map_err(|e| e.to_string()))
         }
         Msg::Write { command, request_id } => Reply::Write(write(ctx, &command, request_id).await),
-        Msg::Metrics => Reply::Metrics(metrics(ctx).await),
+        Msg::Metrics => Reply::Metrics(Box::new(metrics(ctx).await)),
         Msg::Lookup { parent, name } => lookup(ctx, parent, name).await,
         Msg::Partition { on } => Reply::Partition(if ctx.allow_faults {
             ctx.partition.set(on);
