@@ -103,7 +103,8 @@ impl Client {
         command: &catalog::Command,
         request_id: u64,
     ) -> io::Result<WriteReply> {
-        match self.call(addr, &Msg::Write { command: command.encode(), request_id }).await? {
+        match self.call(addr, &Msg::Write { command: command.encode(), request_id, forwarded: false }).await?
+        {
             Reply::Write(w) => Ok(w),
             other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
         }

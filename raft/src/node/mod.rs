@@ -159,6 +159,7 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         allow_faults: cfg.allow_faults,
         write_timeout: cfg.write_timeout,
         io_stats,
+        forward_pool: Default::default(),
     };
     let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));
     Ok(Started::Running(RunningNode { raft, addr, verdict, server }))
