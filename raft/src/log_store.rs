@@ -8,7 +8,7 @@
 //! | `truncate_after(None)` | the log's `Reset` record, durable before returning |
 //! | `purge(id)` | a metadata record holding `id` (plus a `Reset` when no entry stays above it), durable before returning; whole sealed segments at or below `id` are removed after that |
 //! | `get_log_state` / `read_vote` / `read_committed` | in memory, rebuilt at open from the log's metadata and its last live entry |
-//! | `try_get_log_entries` | a replay of the written log (`Bound::Written`) on the writer thread, above the purged index |
+//! | `try_get_log_entries` | from the most recent entries kept in memory when the range starts at or above the oldest of them (no wait behind the fdatasync in flight); otherwise a replay of the written log (`Bound::Written`) on the writer thread; above the purged index either way |
 
 use crate::codec::{self, COMMITTED_META_KEY, PURGED_META_KEY, VOTE_META_KEY};
 pub use crate::writer::IoStats;
