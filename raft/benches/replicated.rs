@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal_raft::client::Client;
 use wal_raft::net::wire::WriteReply;
-use wal_raft::Response;
+use wal_raft::{IoStats, Response};
 
 const ROUND: Duration = Duration::from_millis(2000);
 const ROUNDS: usize = 3;
@@ -38,6 +38,35 @@ fn cmd(parent: u64, t: usize, n: u64, round: usize, writers: usize) -> Command {
 struct Run {
     ops: f64,
     lat_us: Vec<f64>,
+    /// Replicated rounds: each node's role and its log writer's counters over the round.
+    io: Vec<(String, IoStats)>,
+}
+
+async fn io_stats(c: &Cluster) -> Vec<(String, IoStats)> {
+    let admin = Client::new(c.addrs.clone());
+    let mut v = Vec::new();
+    for a in &c.addrs {
+        let m = admin.metrics(a).await.unwrap();
+        v.push((m.state, m.io));
+    }
+    v
+}
+
+fn delta(a: &IoStats, b: &IoStats) -> IoStats {
+    IoStats {
+        rounds: b.rounds - a.rounds,
+        syncs: b.syncs - a.syncs,
+        sync_us: b.sync_us - a.sync_us,
+        appends: b.appends - a.appends,
+        entries: b.entries - a.entries,
+        votes: b.votes - a.votes,
+        committed: b.committed - a.committed,
+        truncates: b.truncates - a.truncates,
+        purges: b.purges - a.purges,
+        reads: b.reads - a.reads,
+        read_wait_us: b.read_wait_us - a.read_wait_us,
+        cached_reads: b.cached_reads - a.cached_reads,
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -79,7 +108,7 @@ fn pipeline_round(dir: &std::path::Path, writers: usize, round: usize) -> Run {
     let lat_us: Vec<f64> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
     let ops = lat_us.len() as f64 / start.elapsed().as_secs_f64();
     Arc::try_unwrap(p).ok().unwrap().close().unwrap();
-    Run { ops, lat_us }
+    Run { ops, lat_us, io: Vec::new() }
 }
 
 struct Cluster {
@@ -122,6 +151,7 @@ fn cluster(dir: &std::path::Path) -> Cluster {
 }
 
 async fn raft_round(c: &Cluster, parent: u64, writers: usize, round: usize) -> Run {
+    let before = io_stats(c).await;
     let start = Instant::now();
     let hs: Vec<_> = (0..writers)
         .map(|t| {
@@ -144,7 +174,10 @@ async fn raft_round(c: &Cluster, parent: u64, writers: usize, round: usize) -> R
     for h in hs {
         lat_us.extend(h.await.unwrap());
     }
-    Run { ops: lat_us.len() as f64 / start.elapsed().as_secs_f64(), lat_us }
+    let ops = lat_us.len() as f64 / start.elapsed().as_secs_f64();
+    let after = io_stats(c).await;
+    let io = before.iter().zip(&after).map(|((_, a), (role, b))| (role.clone(), delta(a, b))).collect();
+    Run { ops, lat_us, io }
 }
 
 fn main() {
@@ -197,5 +230,28 @@ fn main() {
             percentile(&mid.lat_us, 0.5),
             percentile(&mid.lat_us, 0.99)
         );
+    }
+    // Where the fdatasyncs go (the median round of each replicated workload): per node, syncs
+    // per acknowledged commit, the share of them carrying a committed-id record, entries per
+    // append call, and the mean sync time.
+    for (i, (name, _)) in work.iter().enumerate() {
+        let v = &results[i];
+        let Some(mid) = v.iter().min_by(|a, b| (a.ops - meds[i]).abs().total_cmp(&(b.ops - meds[i]).abs()))
+        else {
+            continue;
+        };
+        let commits = mid.lat_us.len().max(1) as f64;
+        for (role, s) in &mid.io {
+            println!(
+                "  {name:<10} {role:<9} syncs/commit {:>5.2}  committed-records/commit {:>5.2}  entries/append {:>6.2}  reads/commit {:>5.2} (mean wait {:>5} us, {:>5.2} from memory)  mean sync {:>6} us",
+                s.syncs as f64 / commits,
+                s.committed as f64 / commits,
+                s.entries as f64 / s.appends.max(1) as f64,
+                s.reads as f64 / commits,
+                s.read_wait_us / s.reads.max(1),
+                s.cached_reads as f64 / commits,
+                s.sync_us / s.syncs.max(1)
+            );
+        }
     }
 }

@@ -26,6 +26,10 @@ use tokio::sync::Mutex;
 pub struct Client {
     addrs: Vec<String>,
     conns: Mutex<HashMap<String, TcpStream>>,
+    /// The node that last committed a write of ours: the next write starts there (a write that
+    /// started at the first node every time paid a redirect and its pause whenever another node
+    /// led).
+    leader: std::sync::Mutex<Option<String>>,
     /// Per-call bound (connect, send, reply).
     pub call_timeout: Duration,
     /// Bound of one logical write, retries included.
@@ -49,6 +53,7 @@ impl Client {
         Client {
             addrs,
             conns: Mutex::new(HashMap::new()),
+            leader: std::sync::Mutex::new(None),
             call_timeout: Duration::from_secs(10),
             write_deadline: Duration::from_secs(20),
             ids: AtomicU64::new(id_seed()),
@@ -98,7 +103,8 @@ impl Client {
         command: &catalog::Command,
         request_id: u64,
     ) -> io::Result<WriteReply> {
-        match self.call(addr, &Msg::Write { command: command.encode(), request_id }).await? {
+        match self.call(addr, &Msg::Write { command: command.encode(), request_id, forwarded: false }).await?
+        {
             Reply::Write(w) => Ok(w),
             other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
         }
@@ -114,7 +120,9 @@ impl Client {
     /// [`Client::write`] with the caller's request id.
     pub async fn write_with_id(&self, command: &catalog::Command, request_id: u64) -> WriteReply {
         let start = Instant::now();
-        let mut target = self.addrs.first().cloned().unwrap_or_default();
+        let known = self.leader.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut target = known.or_else(|| self.addrs.first().cloned()).unwrap_or_default();
+        let mut redirects = 0u32;
         let mut next_node = 0usize;
         let mut last = WriteReply::Indeterminate { why: "no node answered".into() };
         // Once an attempt may have been appended somewhere, the answer can never be a plain
@@ -128,13 +136,20 @@ impl Client {
             let rotate;
             match self.write_once(&target, command, request_id).await {
                 Ok(WriteReply::Redirect { addr, .. }) => {
-                    // A short pause: two nodes with stale views must not bounce a request
-                    // between them at full speed.
+                    // The first redirect is followed at once; after that a short pause: two
+                    // nodes with stale views must not bounce a request between them at full
+                    // speed.
                     target = addr;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    if redirects > 0 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    redirects += 1;
                     continue;
                 }
-                Ok(w @ WriteReply::Committed { .. }) => return w,
+                Ok(w @ WriteReply::Committed { .. }) => {
+                    *self.leader.lock().unwrap_or_else(|e| e.into_inner()) = Some(target);
+                    return w;
+                }
                 Ok(WriteReply::Rejected { why, retry: false }) if maybe_appended => {
                     return WriteReply::Indeterminate {
                         why: format!(
@@ -174,7 +189,7 @@ impl Client {
 
     pub async fn metrics(&self, addr: &str) -> io::Result<NodeMetrics> {
         match self.call(addr, &Msg::Metrics).await? {
-            Reply::Metrics(m) => Ok(m),
+            Reply::Metrics(m) => Ok(*m),
             other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
         }
     }

@@ -51,7 +51,7 @@ mod writer;
 pub use codec::{
     decode_entry, encode_entry, COMMITTED_META_KEY, ENTRY_ENCODING_VERSION, PURGED_META_KEY, VOTE_META_KEY,
 };
-pub use log_store::{log_options, LogReader, LogStore};
+pub use log_store::{log_options, IoStats, IoStatsHandle, LogReader, LogStore};
 pub use state_machine::{SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE};
 pub use verify::{start_role, Checkpointer, StartRole, StateVerdict};
 

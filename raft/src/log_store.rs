@@ -8,9 +8,10 @@
 //! | `truncate_after(None)` | the log's `Reset` record, durable before returning |
 //! | `purge(id)` | a metadata record holding `id` (plus a `Reset` when no entry stays above it), durable before returning; whole sealed segments at or below `id` are removed after that |
 //! | `get_log_state` / `read_vote` / `read_committed` | in memory, rebuilt at open from the log's metadata and its last live entry |
-//! | `try_get_log_entries` | a replay of the written log (`Bound::Written`) on the writer thread, above the purged index |
+//! | `try_get_log_entries` | from the most recent entries kept in memory when the range starts at or above the oldest of them (no wait behind the fdatasync in flight); otherwise a replay of the written log (`Bound::Written`) on the writer thread; above the purged index either way |
 
 use crate::codec::{self, COMMITTED_META_KEY, PURGED_META_KEY, VOTE_META_KEY};
+pub use crate::writer::IoStats;
 use crate::writer::{self, Done, Req};
 use crate::{Entry, LogId, TypeConfig, Vote};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -32,11 +33,86 @@ struct Known {
     purged: Option<LogId>,
     /// The last live entry (none: the log holds no entry above the purged id).
     last: Option<LogId>,
+    /// The most recent entries, as appended.
+    recent: Recent,
+}
+
+/// The most recent entries appended (queued to the writer, durable or not), contiguous and
+/// ending at `Known::last` whenever not empty; evicted oldest first past a budget, cut by
+/// `truncate_after`, dropped by `purge`, all under the same lock that orders the FIFO.
+///
+/// Why: openraft reads an entry right after appending it (a leader's replication streams, every
+/// node's state machine worker). Through the writer's FIFO such a read waits behind the
+/// fdatasync in flight, which makes the leader's own sync and its followers' syncs serial and
+/// delays every apply by one more sync. From here it does not wait; the writer serves only
+/// reads that start below the oldest entry kept.
+#[derive(Debug, Default)]
+struct Recent {
+    entries: std::collections::VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+/// The budget of [`Recent`]: this many bytes of encoded entries, or this many entries.
+const RECENT_MAX_BYTES: usize = 16 << 20;
+const RECENT_MAX_ENTRIES: usize = 1 << 16;
+
+impl Recent {
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    fn push(&mut self, e: Entry, size: usize) {
+        if self.entries.back().is_some_and(|(b, _)| b.log_id.index + 1 != e.log_id.index) {
+            self.clear();
+        }
+        self.entries.push_back((e, size));
+        self.bytes += size;
+        while self.bytes > RECENT_MAX_BYTES || self.entries.len() > RECENT_MAX_ENTRIES {
+            let Some((_, n)) = self.entries.pop_front() else { break };
+            self.bytes -= n;
+        }
+    }
+
+    /// Keeps entries at or below `index` (`None`: none).
+    fn cut_after(&mut self, index: Option<u64>) {
+        while self.entries.back().is_some_and(|(b, _)| index.is_none_or(|i| b.log_id.index > i)) {
+            if let Some((_, n)) = self.entries.pop_back() {
+                self.bytes -= n;
+            }
+        }
+    }
+
+    /// Drops entries at or below `index`.
+    fn drop_upto(&mut self, index: u64) {
+        while self.entries.front().is_some_and(|(f, _)| f.log_id.index <= index) {
+            if let Some((_, n)) = self.entries.pop_front() {
+                self.bytes -= n;
+            }
+        }
+    }
+
+    /// The entries with `start <= index < end`, when every live entry from `start` on is here
+    /// (the oldest one kept is at or below `start`); `None`: ask the log.
+    fn get(&self, start: u64, end: u64) -> Option<Vec<Entry>> {
+        let (first, _) = self.entries.front()?;
+        let first = first.log_id.index;
+        if start < first {
+            return None;
+        }
+        if start >= end {
+            return Some(Vec::new());
+        }
+        let skip = usize::try_from(start - first).ok()?;
+        let take = usize::try_from(end - start).unwrap_or(usize::MAX);
+        Some(self.entries.iter().skip(skip).take(take).map(|(e, _)| e.clone()).collect())
+    }
 }
 
 #[derive(Debug)]
 struct Shared {
     known: Mutex<Known>,
+    counters: Arc<writer::Counters>,
 }
 
 impl Shared {
@@ -60,6 +136,16 @@ pub struct LogStore {
 impl Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogStore").field("known", &*self.shared.lock()).finish_non_exhaustive()
+    }
+}
+
+/// Reads a [`LogStore`]'s writer counters (see [`LogStore::io_stats_handle`]).
+#[derive(Clone, Debug)]
+pub struct IoStatsHandle(Arc<Shared>);
+
+impl IoStatsHandle {
+    pub fn get(&self) -> IoStats {
+        self.0.counters.snapshot()
     }
 }
 
@@ -130,15 +216,27 @@ impl LogStore {
             }
         }
         let log_id = wal.log_id();
-        let known = Known { vote, committed: committed.flatten(), purged, last };
+        let known = Known { vote, committed: committed.flatten(), purged, last, recent: Recent::default() };
         let (tx, rx) = std::sync::mpsc::channel();
-        let thread = writer::spawn(wal, rx)?;
+        let counters = Arc::new(writer::Counters::default());
+        let thread = writer::spawn(wal, rx, counters.clone())?;
         Ok(LogStore {
-            shared: Arc::new(Shared { known: Mutex::new(known) }),
+            shared: Arc::new(Shared { known: Mutex::new(known), counters }),
             tx,
             thread: Some(thread),
             log_id,
         })
+    }
+
+    /// A handle that reads the writer thread's counters (fdatasyncs and what they covered),
+    /// usable after the store was handed to openraft.
+    pub fn io_stats_handle(&self) -> IoStatsHandle {
+        IoStatsHandle(self.shared.clone())
+    }
+
+    /// The writer thread's counters so far.
+    pub fn io_stats(&self) -> IoStats {
+        self.shared.counters.snapshot()
     }
 
     /// The log's random identity (`wal.meta`).
@@ -209,9 +307,22 @@ fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
 }
 
 async fn read_entries(shared: &Shared, tx: &Sender<Req>, start: u64, end: u64) -> io::Result<Vec<Entry>> {
-    let floor = shared.lock().purged.map(|p| p.index);
+    let floor = {
+        let k = shared.lock();
+        let floor = k.purged.map(|p| p.index);
+        let from = floor.map_or(start, |f| start.max(f.saturating_add(1)));
+        if let Some(v) = k.recent.get(from, end) {
+            if let Some(why) = shared.counters.fenced() {
+                return Err(io::Error::other(format!("the raft log is fenced: {why}")));
+            }
+            shared.counters.cached_read();
+            return Ok(v);
+        }
+        floor
+    };
     let (rtx, rrx) = tokio::sync::oneshot::channel();
-    tx.send(Req::Read { start, end, floor, reply: rtx }).map_err(|_| stopped())?;
+    tx.send(Req::Read { start, end, floor, reply: rtx, queued: std::time::Instant::now() })
+        .map_err(|_| stopped())?;
     let raw = rrx.await.map_err(|_| stopped())??;
     let mut out = Vec::with_capacity(raw.len());
     for (lsn, payload) in raw {
@@ -291,6 +402,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut k = self.shared.lock();
         let mut batch = Vec::new();
+        let mut kept = Vec::new();
         let mut last = k.last;
         for e in entries {
             let i = e.log_id.index;
@@ -303,12 +415,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     expected.unwrap_or(0)
                 )));
             }
-            batch.push((i, codec::encode_entry(&e)?));
+            let bytes = codec::encode_entry(&e)?;
             last = Some(e.log_id);
+            kept.push((e, bytes.len()));
+            batch.push((i, bytes));
         }
         // Queued under the lock: the FIFO order is the order of these state changes.
         self.tx.send(Req::Append { entries: batch, done: Done::Flushed(callback) }).map_err(|_| stopped())?;
         k.last = last;
+        for (e, n) in kept {
+            k.recent.push(e, n);
+        }
         Ok(())
     }
 
@@ -325,6 +442,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 }
                 None => k.last = None,
             }
+            let keep = k.last.map(|l| l.index);
+            k.recent.cut_after(keep);
             let next = k.purged.map_or(0, |p| p.index + 1);
             let after = last_log_id.map(|id| id.index);
             self.tx.send(Req::Truncate { after, next, done: Done::Reply(tx) }).map_err(|_| stopped())?;
@@ -344,11 +463,61 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             k.purged = Some(log_id);
             if reset {
                 k.last = None;
+                k.recent.clear();
+            } else {
+                k.recent.drop_upto(log_id.index);
             }
             self.tx
                 .send(Req::Purge { upto: log_id.index, value, reset, done: Done::Reply(tx) })
                 .map_err(|_| stopped())?;
         }
         rx.await.map_err(|_| stopped())?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::vote::RaftLeaderIdExt;
+    use openraft::RaftTypeConfig;
+
+    fn entry(index: u64) -> Entry {
+        let id = LogId::new(<TypeConfig as RaftTypeConfig>::LeaderId::new_committed(1, 1), index);
+        Entry { log_id: id, payload: openraft::EntryPayload::Blank }
+    }
+
+    fn indexes(v: Option<Vec<Entry>>) -> Option<Vec<u64>> {
+        v.map(|v| v.iter().map(|e| e.log_id.index).collect())
+    }
+
+    #[test]
+    fn recent_entries_serve_only_ranges_they_hold_whole() {
+        let mut r = Recent::default();
+        assert_eq!(indexes(r.get(0, 10)), None, "empty: ask the log");
+        for i in 5..10 {
+            r.push(entry(i), 10);
+        }
+        assert_eq!(indexes(r.get(4, 10)), None, "starts below the oldest kept");
+        assert_eq!(indexes(r.get(5, 7)), Some(vec![5, 6]));
+        assert_eq!(indexes(r.get(8, u64::MAX)), Some(vec![8, 9]));
+        assert_eq!(indexes(r.get(12, 20)), Some(vec![]), "past the end: nothing there");
+        r.cut_after(Some(7));
+        assert_eq!(indexes(r.get(5, 20)), Some(vec![5, 6, 7]));
+        r.drop_upto(5);
+        assert_eq!(indexes(r.get(5, 20)), None);
+        assert_eq!(indexes(r.get(6, 20)), Some(vec![6, 7]));
+        assert_eq!(r.bytes, 20);
+        // Not contiguous with what is kept (cannot happen through the store): start over.
+        r.push(entry(30), 10);
+        assert_eq!(indexes(r.get(6, 40)), None);
+        assert_eq!(indexes(r.get(30, 40)), Some(vec![30]));
+        r.cut_after(None);
+        assert_eq!((r.entries.len(), r.bytes), (0, 0));
+        // The budget evicts the oldest first.
+        for i in 0..3 {
+            r.push(entry(i), RECENT_MAX_BYTES / 2);
+        }
+        assert_eq!(indexes(r.get(0, 3)), None);
+        assert_eq!(indexes(r.get(1, 3)), Some(vec![1, 2]));
     }
 }

@@ -17,7 +17,10 @@
 use crate::TypeConfig;
 use openraft::storage::IOFlushed;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Instant;
 use wal::{Bound, Epoch, ItemKind, Lsn, Wal};
 
 /// The most requests one round stages before it syncs.
@@ -63,6 +66,8 @@ pub(crate) enum Req {
         end: u64,
         floor: Option<u64>,
         reply: tokio::sync::oneshot::Sender<io::Result<Entries>>,
+        /// When it was queued (the counters add up how long reads wait for the writer).
+        queued: Instant,
     },
     /// A checkpoint record for an applied index, staged with the next batch (no answer).
     Checkpoint { lsn: u64, cp: wal::Checkpoint },
@@ -72,12 +77,91 @@ pub(crate) enum Req {
     Abandon { done: Sender<()> },
 }
 
+/// Counters of the writer thread's work (read with [`crate::LogStore::io_stats`]): how many
+/// fdatasyncs the log ran and what they covered, to see how well writes share them.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    rounds: AtomicU64,
+    syncs: AtomicU64,
+    sync_ns: AtomicU64,
+    appends: AtomicU64,
+    entries: AtomicU64,
+    votes: AtomicU64,
+    committed: AtomicU64,
+    truncates: AtomicU64,
+    purges: AtomicU64,
+    reads: AtomicU64,
+    read_wait_ns: AtomicU64,
+    cached_reads: AtomicU64,
+    /// Why the writer is fenced, once it is (reads served from memory fail then too).
+    fenced: std::sync::OnceLock<String>,
+}
+
+/// A copy of the writer's counters since the log was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IoStats {
+    /// Rounds that staged at least one write.
+    pub rounds: u64,
+    /// fdatasyncs run (one per such round).
+    pub syncs: u64,
+    /// Total time spent in those syncs, in microseconds.
+    pub sync_us: u64,
+    /// `append` calls, and the entries they carried.
+    pub appends: u64,
+    pub entries: u64,
+    /// `save_vote` and `save_committed` calls.
+    pub votes: u64,
+    pub committed: u64,
+    pub truncates: u64,
+    pub purges: u64,
+    /// Reads (replication and apply) served by the writer thread, and the total time they
+    /// waited in its queue, in microseconds.
+    pub reads: u64,
+    pub read_wait_us: u64,
+    /// Reads served from the entries kept in memory, without the writer thread.
+    #[serde(default)]
+    pub cached_reads: u64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> IoStats {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        IoStats {
+            rounds: g(&self.rounds),
+            syncs: g(&self.syncs),
+            sync_us: g(&self.sync_ns) / 1000,
+            appends: g(&self.appends),
+            entries: g(&self.entries),
+            votes: g(&self.votes),
+            committed: g(&self.committed),
+            truncates: g(&self.truncates),
+            purges: g(&self.purges),
+            reads: g(&self.reads),
+            read_wait_us: g(&self.read_wait_ns) / 1000,
+            cached_reads: g(&self.cached_reads),
+        }
+    }
+
+    pub(crate) fn cached_read(&self) {
+        bump(&self.cached_reads, 1);
+    }
+
+    pub(crate) fn fenced(&self) -> Option<&str> {
+        self.fenced.get().map(String::as_str)
+    }
+}
+
+fn bump(a: &AtomicU64, n: u64) {
+    a.fetch_add(n, Ordering::Relaxed);
+}
+
 fn err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
 struct Writer {
     wal: Wal,
+    counters: Arc<Counters>,
     fenced: Option<String>,
     /// Writes staged this round, to complete after its sync.
     pending: Vec<Done>,
@@ -89,6 +173,7 @@ impl Writer {
     fn fence(&mut self, why: String) {
         if self.fenced.is_none() {
             eprintln!("wal-raft: the log writer is fenced: {why}");
+            let _ = self.counters.fenced.set(why.clone());
             self.fenced = Some(why);
         }
     }
@@ -143,25 +228,40 @@ impl Writer {
 
     fn handle(&mut self, req: Req) -> Option<Req> {
         match req {
-            Req::Append { entries, done } => self.stage(
-                |w| {
-                    for (index, payload) in &entries {
-                        w.append_at(EPOCH, Lsn(*index), payload)?;
-                    }
-                    Ok(())
-                },
-                done,
-            ),
-            Req::Meta { key, value, done } => self.stage(|w| w.set_meta(key, &value), done),
-            Req::Truncate { after, next, done } => self.stage(
-                |w| match after {
-                    Some(a) if a + 1 < w.next_lsn().0 => w.truncate_after(EPOCH, Lsn(a)),
-                    Some(_) => Ok(()),
-                    None => w.reset(EPOCH, Lsn(next)),
-                },
-                done,
-            ),
+            Req::Append { entries, done } => {
+                bump(&self.counters.appends, 1);
+                bump(&self.counters.entries, entries.len() as u64);
+                self.stage(
+                    |w| {
+                        for (index, payload) in &entries {
+                            w.append_at(EPOCH, Lsn(*index), payload)?;
+                        }
+                        Ok(())
+                    },
+                    done,
+                )
+            }
+            Req::Meta { key, value, done } => {
+                match key {
+                    crate::codec::VOTE_META_KEY => bump(&self.counters.votes, 1),
+                    crate::codec::COMMITTED_META_KEY => bump(&self.counters.committed, 1),
+                    _ => {}
+                }
+                self.stage(|w| w.set_meta(key, &value), done)
+            }
+            Req::Truncate { after, next, done } => {
+                bump(&self.counters.truncates, 1);
+                self.stage(
+                    |w| match after {
+                        Some(a) if a + 1 < w.next_lsn().0 => w.truncate_after(EPOCH, Lsn(a)),
+                        Some(_) => Ok(()),
+                        None => w.reset(EPOCH, Lsn(next)),
+                    },
+                    done,
+                )
+            }
             Req::Purge { upto, value, reset, done } => {
+                bump(&self.counters.purges, 1);
                 self.stage(
                     |w| {
                         w.set_meta(crate::codec::PURGED_META_KEY, &value)?;
@@ -174,7 +274,9 @@ impl Writer {
                 );
                 self.purge_below = Some(self.purge_below.map_or(upto + 1, |b| b.max(upto + 1)));
             }
-            Req::Read { start, end, floor, reply } => {
+            Req::Read { start, end, floor, reply, queued } => {
+                bump(&self.counters.reads, 1);
+                bump(&self.counters.read_wait_ns, queued.elapsed().as_nanos() as u64);
                 let r = self.read(start, end, floor);
                 let _ = reply.send(r);
             }
@@ -196,8 +298,13 @@ impl Writer {
         if self.pending.is_empty() {
             return;
         }
+        bump(&self.counters.rounds, 1);
         if self.fenced.is_none() {
-            if let Err(e) = self.wal.sync() {
+            let at = Instant::now();
+            let r = self.wal.sync();
+            bump(&self.counters.syncs, 1);
+            bump(&self.counters.sync_ns, at.elapsed().as_nanos() as u64);
+            if let Err(e) = r {
                 self.fence(e.to_string());
             }
         }
@@ -214,12 +321,16 @@ impl Writer {
     }
 }
 
-pub(crate) fn spawn(wal: Wal, rx: Receiver<Req>) -> io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("wal-raft-writer".into()).spawn(move || run(wal, rx))
+pub(crate) fn spawn(
+    wal: Wal,
+    rx: Receiver<Req>,
+    counters: Arc<Counters>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("wal-raft-writer".into()).spawn(move || run(wal, rx, counters))
 }
 
-fn run(wal: Wal, rx: Receiver<Req>) {
-    let mut w = Writer { wal, fenced: None, pending: Vec::new(), purge_below: None };
+fn run(wal: Wal, rx: Receiver<Req>, counters: Arc<Counters>) {
+    let mut w = Writer { wal, counters, fenced: None, pending: Vec::new(), purge_below: None };
     let mut stop = None;
     // Ends when every sender is gone (the store and all readers dropped) or on a close.
     while stop.is_none() {

@@ -167,6 +167,39 @@ async fn append_callback_never_fires_before_the_fdatasync() {
     log.abandon();
 }
 
+/// openraft reads an entry right after appending it (a leader's replication streams, the state
+/// machine worker): such a read returns the entry while the fdatasync covering it is still held
+/// (it is served from the entries kept in memory). Through the writer's queue it would wait for
+/// that sync, which made the leader's sync and its followers' syncs serial.
+#[tokio::test]
+async fn a_read_of_an_appended_entry_does_not_wait_for_its_fdatasync() {
+    let mem = Arc::new(MemStorage::new());
+    let mut log = LogStore::open_with(mem.clone(), opts()).unwrap();
+    append(&mut log, vec![blank(1, 0)]).await;
+    mem.set_sync_thread(true).unwrap();
+    struct Release(Arc<MemStorage>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.release_held_sync();
+        }
+    }
+    let _release = Release(mem.clone());
+    mem.hold_next_sync();
+    let (tx, rx) = TypeConfig::oneshot();
+    t(log.append(vec![create(1, 1, "a"), create(1, 2, "b")], IOFlushed::signal(tx))).await.unwrap();
+    assert!(mem.wait_sync_held(T), "the writer never synced");
+    let mut reader = log.get_log_reader().await;
+    let got = tokio::time::timeout(Duration::from_secs(5), reader.try_get_log_entries(0..3))
+        .await
+        .expect("the read waited for the held fdatasync")
+        .unwrap();
+    assert_eq!(got.iter().map(|e| e.log_id).collect::<Vec<_>>(), vec![lid(1, 0), lid(1, 1), lid(1, 2)]);
+    assert_eq!(got[1], create(1, 1, "a"));
+    mem.release_held_sync();
+    t(rx).await.expect("callback dropped").expect("flush failed");
+    log.abandon();
+}
+
 #[tokio::test]
 async fn truncate_after_is_durable_when_it_returns() {
     let (mem, mut log) = fresh();

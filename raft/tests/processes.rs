@@ -398,6 +398,12 @@ async fn a_partitioned_old_leader_refuses_writes_and_acknowledges_none() {
     let mut c = Cluster::start(&["--snapshot-every", "100000"]);
     let (old, _) = c.leader(&[1, 2, 3]).await;
     assert!(done(&c.client(&[1, 2, 3]).write(&create("seed")).await));
+    // A follower forwards a client's write to the leader and answers with the leader's reply:
+    // committed in one round trip, no redirect.
+    let follower = (1..=3).find(|i| *i != old).unwrap();
+    let fc = c.client(&[follower]);
+    let r = fc.write_once(&c.addr(follower), &create("forwarded"), fc.next_request_id()).await.unwrap();
+    assert!(done(&r), "a follower did not forward the write: {r:?}");
     c.client(&[old]).partition(&c.addr(old), true).await.unwrap();
     // Past the lease (election_timeout_max = 600 ms).
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -422,6 +428,7 @@ async fn a_partitioned_old_leader_refuses_writes_and_acknowledges_none() {
             assert!(cl.lookup(&c.addr(id), None, name).await.unwrap().is_none(), "node {id} applied {name}");
         }
         assert!(cl.lookup(&c.addr(id), None, "majority").await.unwrap().is_some());
+        assert!(cl.lookup(&c.addr(id), None, "forwarded").await.unwrap().is_some());
     }
     c.stop_all();
     offline_agreement(&c, false);

@@ -21,7 +21,15 @@ pub enum Msg {
     FullSnapshot { vote: Vote, meta: SnapshotMeta },
     /// Client: a catalog command (the catalog's own encoding) with the client's request id
     /// (the same id on every retry of one logical write: the apply seam applies it once).
-    Write { command: Vec<u8>, request_id: u64 },
+    /// `forwarded`: sent by a follower on its client's behalf; never forwarded again (a node
+    /// that is not the leader answers it with a redirect), and dropped by the partition switch
+    /// like Raft traffic, since it travels between nodes.
+    Write {
+        command: Vec<u8>,
+        request_id: u64,
+        #[serde(default)]
+        forwarded: bool,
+    },
     /// Admin: this node's view (role, term, leader, applied index and the digest there).
     Metrics,
     /// Admin: an entity by parent and name in this node's applied state.
@@ -31,9 +39,17 @@ pub enum Msg {
 }
 
 impl Msg {
-    /// Raft traffic, which the partition switch drops.
+    /// Traffic between nodes (Raft, and writes forwarded to the leader), which the partition
+    /// switch drops.
     pub fn is_raft(&self) -> bool {
-        matches!(self, Msg::AppendEntries(_) | Msg::Vote(_) | Msg::PreVote(_) | Msg::FullSnapshot { .. })
+        matches!(
+            self,
+            Msg::AppendEntries(_)
+                | Msg::Vote(_)
+                | Msg::PreVote(_)
+                | Msg::FullSnapshot { .. }
+                | Msg::Write { forwarded: true, .. }
+        )
     }
 }
 
@@ -44,7 +60,8 @@ pub enum Reply {
     Vote(Result<VoteResponse<TypeConfig>, String>),
     Snapshot(Result<SnapshotResponse<TypeConfig>, String>),
     Write(WriteReply),
-    Metrics(NodeMetrics),
+    /// Boxed: by far the largest reply, and a rare one.
+    Metrics(Box<NodeMetrics>),
     Lookup(Option<EntityView>),
     Partition(Result<bool, String>),
     /// The request could not be served at all (with why).
@@ -89,6 +106,10 @@ pub struct NodeMetrics {
     pub partitioned: bool,
     /// openraft's core stopped (a fatal error); the node is no longer part of the cluster.
     pub fatal: Option<String>,
+    /// The Raft log's writer counters since this process opened it (fdatasyncs and what they
+    /// covered).
+    #[serde(default)]
+    pub io: crate::IoStats,
 }
 
 /// An entity as a lookup shows it.

@@ -135,6 +135,7 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     }
     let sm =
         StateMachineStore::open(Some(&sm_dir))?.with_checkpoints(log.checkpointer(), cfg.checkpoint_every);
+    let io_stats = log.io_stats_handle();
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
     let partition = Partition::default();
@@ -157,6 +158,8 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         partition,
         allow_faults: cfg.allow_faults,
         write_timeout: cfg.write_timeout,
+        io_stats,
+        forward_pool: Default::default(),
     };
     let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));
     Ok(Started::Running(RunningNode { raft, addr, verdict, server }))

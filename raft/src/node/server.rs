@@ -6,8 +6,13 @@
 //! - A client write is decoded first (bytes that are not a catalog command are Rejected and
 //!   never logged), wrapped in the apply seam's envelope with the client's request id, and
 //!   proposed. Only a commit by a majority is acknowledged (`Committed`, with its index); a
-//!   proposal refused before it was appended is `Rejected` (or a `Redirect` to the leader); a
-//!   proposal that may be in some log but is not known committed is `Indeterminate`.
+//!   proposal refused before it was appended is `Rejected`; a proposal that may be in some log
+//!   but is not known committed is `Indeterminate`.
+//! - A follower that knows the leader forwards a client's write to it (same request id, marked
+//!   forwarded so it is never forwarded again) and answers with the leader's reply: the client
+//!   needs no second round trip. When the leader cannot be reached (nothing was sent), or the
+//!   write was itself forwarded, the answer is a `Redirect` to the leader, as before; when the
+//!   connection fails after the write was sent, `Indeterminate` (it may have been appended).
 //! - Admin requests read this node's metrics and applied state.
 
 use crate::net::frame::{read_frame, write_frame};
@@ -31,6 +36,9 @@ pub struct Ctx {
     pub partition: Partition,
     pub allow_faults: bool,
     pub write_timeout: Duration,
+    pub io_stats: crate::IoStatsHandle,
+    /// Idle connections to other nodes' ports, for forwarded writes.
+    pub forward_pool: tokio::sync::Mutex<std::collections::HashMap<String, Vec<TcpStream>>>,
 }
 
 /// Accepts connections until the task is aborted.
@@ -81,8 +89,10 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>) -> Reply {
             let snap = SnapshotOf::<crate::TypeConfig, crate::SnapshotData> { meta, snapshot: tail };
             Reply::Snapshot(raft.install_full_snapshot(vote, snap).await.map_err(|e| e.to_string()))
         }
-        Msg::Write { command, request_id } => Reply::Write(write(ctx, &command, request_id).await),
-        Msg::Metrics => Reply::Metrics(metrics(ctx).await),
+        Msg::Write { command, request_id, forwarded } => {
+            Reply::Write(write(ctx, &command, request_id, forwarded).await)
+        }
+        Msg::Metrics => Reply::Metrics(Box::new(metrics(ctx).await)),
         Msg::Lookup { parent, name } => lookup(ctx, parent, name).await,
         Msg::Partition { on } => Reply::Partition(if ctx.allow_faults {
             ctx.partition.set(on);
@@ -110,7 +120,45 @@ fn forward(ctx: &Ctx, f: &ForwardToLeader<crate::TypeConfig>) -> WriteReply {
     }
 }
 
-async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64) -> WriteReply {
+/// Sends a write to the leader at `addr` on a pooled connection and returns its reply. `Err`
+/// with `sent == false`: nothing reached the leader (no connection, the partition switch).
+async fn forward_to(ctx: &Ctx, addr: &str, msg: &Msg) -> Result<WriteReply, (bool, String)> {
+    if ctx.partition.is_on() {
+        return Err((false, "partitioned (test fault switch)".into()));
+    }
+    let idle = ctx.forward_pool.lock().await.get_mut(addr).and_then(Vec::pop);
+    let mut s = match idle {
+        Some(s) => s,
+        None => {
+            let connect = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await;
+            let s = match connect {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return Err((false, format!("connecting to {addr}: {e}"))),
+                Err(_) => return Err((false, format!("connecting to {addr}: timed out"))),
+            };
+            s.set_nodelay(true).map_err(|e| (false, e.to_string()))?;
+            s
+        }
+    };
+    // The leader answers within its own write timeout; a little more for the hop.
+    let r = tokio::time::timeout(ctx.write_timeout + Duration::from_secs(1), async {
+        write_frame(&mut s, msg, &[]).await?;
+        read_frame::<_, Reply>(&mut s).await
+    })
+    .await;
+    match r {
+        Ok(Ok(Some((Reply::Write(w), _)))) => {
+            ctx.forward_pool.lock().await.entry(addr.to_string()).or_default().push(s);
+            Ok(w)
+        }
+        Ok(Ok(Some((other, _)))) => Err((true, format!("unexpected reply {other:?}"))),
+        Ok(Ok(None)) => Err((true, format!("{addr} closed the connection"))),
+        Ok(Err(e)) => Err((true, e.to_string())),
+        Err(_) => Err((true, format!("{addr}: no reply in time"))),
+    }
+}
+
+async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: bool) -> WriteReply {
     let cmd = match catalog::Command::decode(command_untrusted) {
         Ok(c) => c,
         Err(e) => return WriteReply::Rejected { why: format!("not a catalog command: {e}"), retry: false },
@@ -124,7 +172,24 @@ async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64) -> WriteRep
             ),
         },
         Ok(Ok(r)) => WriteReply::Committed { index: r.log_id.index, outcome: r.data },
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => forward(ctx, &f),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+            let reply = forward(ctx, &f);
+            let WriteReply::Redirect { addr, .. } = &reply else { return reply };
+            if forwarded {
+                return reply;
+            }
+            let msg = Msg::Write { command: command_untrusted.to_vec(), request_id, forwarded: true };
+            match forward_to(ctx, addr, &msg).await {
+                Ok(w) => w,
+                // Nothing reached the leader: the client may try it itself.
+                Err((false, _)) => reply,
+                Err((true, e)) => WriteReply::Indeterminate {
+                    why: format!(
+                        "forwarded to the leader at {addr}, then {e}: it may have been appended; retry with the same request id"
+                    ),
+                },
+            }
+        }
         Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)))) => WriteReply::Indeterminate {
             why: format!("appended here, then this node adopted another leader's log ({f}); retry with the same request id"),
         },
@@ -172,6 +237,7 @@ async fn metrics(ctx: &Ctx) -> NodeMetrics {
         purged: m.purged.map(|l| l.index),
         partitioned: ctx.partition.is_on(),
         fatal,
+        io: ctx.io_stats.get(),
     }
 }
 
