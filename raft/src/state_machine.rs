@@ -273,12 +273,16 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, SnapshotData>, io::Error> {
         let snap = self.snap.as_ref().map_err(|e| io::Error::other(format!("exporting the state: {e}")))?;
-        if let Some(d) = &self.dir {
-            persist(d, snap)?;
-        }
+        // The file is written under the lock of `current`, as an install writes it: openraft
+        // runs a build on its own task, and a build racing an install used to write the one
+        // temporary file at once (found by the kill -9 cluster test: the install's rename
+        // failed with ENOENT and the node's Raft stopped). Never replace a newer snapshot, on
+        // disk or in memory.
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        // Never replace a newer snapshot (an install may have raced this build).
         if cur.as_ref().is_none_or(|c| c.meta.last_log_id <= snap.meta.last_log_id) {
+            if let Some(d) = &self.dir {
+                persist(d, snap)?;
+            }
             *cur = Some(snap.clone());
         }
         Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta: snap.meta.clone(), snapshot: snap.data.clone() })
@@ -316,10 +320,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: SnapshotData) -> Result<(), io::Error> {
         let c = Current { meta: meta.clone(), data };
         self.restore(&c)?;
+        // Under the lock a build persists under (see `build_snapshot`).
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = &self.dir {
             persist(d, &c)?;
         }
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+        *cur = Some(c);
         Ok(())
     }
 

@@ -61,6 +61,22 @@ impl Cluster {
         self.dir.path().join(format!("n{id}"))
     }
 
+    /// The last lines each node printed (its stdout and stderr go to `n<id>.out`), for a failure.
+    fn outputs(&self, ids: &[u64]) -> String {
+        let mut out = String::new();
+        for id in ids {
+            let text =
+                std::fs::read_to_string(self.dir.path().join(format!("n{id}.out"))).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- node {id}, last lines of its output:\n"));
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     fn addr(&self, id: u64) -> String {
         self.addrs[&id].clone()
     }
@@ -180,7 +196,7 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("nodes {ids:?} did not converge at or past {at_least}: {last:#?}");
+        panic!("nodes {ids:?} did not converge at or past {at_least}: {last:#?}\n{}", self.outputs(ids));
     }
 }
 
