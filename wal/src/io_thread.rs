@@ -754,8 +754,8 @@ impl Io<'_> {
         if !self.sync_due(Instant::now()) {
             return false;
         }
-        let waited =
-            self.flights.iter().any(|f| f.pending.iter().any(|p| p.durability == Durability::Durable));
+        // A flight is `urgent` when a durable entry (or a checkpoint) waits on it: kept already.
+        let waited = self.flights.iter().any(|f| f.urgent);
         match self.wal.start_sync(waited) {
             Ok(started) => started,
             Err(e) => {
