@@ -17,8 +17,13 @@ pub fn percentile(v: &[f64], q: f64) -> f64 {
 /// `cargo test` (cargo passes `--bench` only from `cargo bench`) or with `WAL_BENCH_SMOKE=1`.
 /// The benchmarks with their own `main` then run every workload once at a tiny size, so CI
 /// runs their code without spending minutes; the numbers they print mean nothing.
+/// Decided once: the benchmarks ask inside their timed loops.
 pub fn smoke() -> bool {
-    std::env::var_os("WAL_BENCH_SMOKE").is_some_and(|v| v == "1") || !std::env::args().any(|a| a == "--bench")
+    static SMOKE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SMOKE.get_or_init(|| {
+        std::env::var_os("WAL_BENCH_SMOKE").is_some_and(|v| v == "1")
+            || !std::env::args().any(|a| a == "--bench")
+    })
 }
 
 /// `full`, or `small` in a smoke run (see [`smoke`]).

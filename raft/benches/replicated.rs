@@ -23,8 +23,10 @@ use wal_raft::{IoStats, Response};
 
 /// Under `cargo test` (cargo passes `--bench` only from `cargo bench`) the benchmark runs once
 /// at a tiny size: CI runs its code, and its numbers mean nothing.
+/// Decided once: the timed loops ask it.
 fn smoke() -> bool {
-    !std::env::args().any(|a| a == "--bench")
+    static SMOKE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SMOKE.get_or_init(|| !std::env::args().any(|a| a == "--bench"))
 }
 
 /// The timed length of one workload run, and the number of interleaved rounds.
