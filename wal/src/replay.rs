@@ -67,6 +67,8 @@ struct Cur {
     cuts: Vec<(u64, u64)>,
     next_cut: usize,
     keep_after: u64,
+    /// Records of a user batch below this offset were checked whole before its first was returned.
+    group_checked_until: u64,
 }
 
 /// Streams live entries and checkpoints. Call [`Replay::next`] until `None`.
@@ -114,6 +116,22 @@ fn collect_cuts(map: &[u8], seq: u64, header: SegmentHeader, stop: Option<u64>) 
             },
             Step::End => return Ok(cuts),
             Step::Damage(r) => return Err(damaged(seq, &r)),
+        }
+    }
+}
+
+/// Where the user batch whose first record the walker just returned ends (the offset of its last
+/// record), its records checked on a copy of the walker: a replay never returns part of a user
+/// batch that damage cut short, so a consumer applying entries as they come applies all of it or
+/// none (a user batch never spans disk batches, so the look-ahead stays inside one).
+fn group_end(walker: &Walker, map: &[u8]) -> std::result::Result<u64, RawDamage> {
+    let mut w = walker.clone();
+    loop {
+        match w.next(map) {
+            Step::Record(r) if r.flags & FLAG_GROUP_CONT != 0 => {}
+            Step::Record(r) => return Ok(r.offset),
+            Step::End => return Ok(u64::MAX),
+            Step::Damage(d) => return Err(d),
         }
     }
 }
@@ -204,7 +222,7 @@ impl Replay {
             .unwrap_or_else(|| Walker::new(seg.header, None));
         walker.stop_at = stop;
         let keep_after = self.keep_after.get(self.i).copied().unwrap_or(u64::MAX);
-        self.cur = Some(Cur { map, walker, cuts: suffix, next_cut: 0, keep_after });
+        self.cur = Some(Cur { map, walker, cuts: suffix, next_cut: 0, keep_after, group_checked_until: 0 });
         Ok(())
     }
 
@@ -236,7 +254,20 @@ impl Replay {
                     self.i = self.segs.len();
                     return Some(Err(e));
                 }
-                Step::Record(r) => (r.kind, r.lsn, r.epoch, r.flags, r.offset, r.payload.len()),
+                Step::Record(r) => {
+                    if r.flags & FLAG_GROUP_CONT != 0 && r.offset >= cur.group_checked_until {
+                        match group_end(&cur.walker, &cur.map) {
+                            Ok(end) => cur.group_checked_until = end,
+                            Err(d) => {
+                                let e = damaged(seq, &d);
+                                self.cur = None;
+                                self.i = self.segs.len();
+                                return Some(Err(e));
+                            }
+                        }
+                    }
+                    (r.kind, r.lsn, r.epoch, r.flags, r.offset, r.payload.len())
+                }
             };
             if !matches!(kind, Kind::Entry | Kind::Checkpoint) {
                 continue;

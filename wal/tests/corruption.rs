@@ -451,14 +451,13 @@ fn a_failed_read_during_a_scan_is_an_io_error_never_a_verdict() {
     }
 }
 
-/// Found by the fault sweep, not fixed yet (ignored so CI stays green; run it with
-/// `--ignored`): a sealed segment whose footer slot was replaced by another log's (a misdirected
-/// or foreign write of the same layout) is CORRUPT to a full scan, but an open's fast scan takes that
-/// footer's counts (it checks the footer's own checksums, and the chain only at the next
-/// segment's header, where it reports the damage). A salvage read then replays the segment with
-/// the wrong cut count and yields entries the log had cut, next to the ones that replaced them.
+/// Found by the fault sweep: a sealed segment whose footer slot was replaced by another log's (a
+/// misdirected or foreign write of the same layout) is CORRUPT to a full scan, but an open's fast
+/// scan used to take that footer's counts (its own checksums pass; the chain broke only at the
+/// next segment's header). A salvage read then replayed the segment with the wrong cut count and
+/// yielded entries the log had cut, next to the ones that replaced them. An open now takes a
+/// footer without a walk only when the next header chains to it.
 #[test]
-#[ignore = "known bug: a fast scan trusts a replaced footer's cut counts (issue 7, see README)"]
 fn a_salvage_read_past_a_replaced_footer_yields_no_cut_entry() {
     let fx = fixture();
     let (fi, seq, _) = &fx.segments[1];
@@ -489,5 +488,48 @@ fn a_salvage_read_past_a_replaced_footer_yields_no_cut_entry() {
             assert!(last.is_none_or(|l| item.lsn.0 > l), "LSN {} after {last:?}: a cut entry", item.lsn.0);
             last = Some(item.lsn.0);
         }
+    }
+}
+
+/// Found by the fault sweep once its oracle asked for a state the log really held: an open does
+/// not walk sealed segments, so damage inside one is met by the replay, which used to return the
+/// first entries of a user batch before the damage in the batch's later records. A consumer
+/// applying entries as they come then applied part of a batch (I2: all of it or none). The
+/// replay now checks a user batch whole before returning its first entry.
+#[test]
+fn a_replay_never_returns_part_of_a_damaged_user_batch() {
+    let st = MemStorage::new();
+    let opts = Options { segment_len_bytes: SEG, ..Options::default() };
+    let (mut log, _) = Wal::open_with(Arc::new(st.clone()), opts.clone()).unwrap();
+    log.append(Epoch(0), b"before").unwrap();
+    let first =
+        log.append_batch(Epoch(0), &[b"one of four", b"two of four", b"three of four", b"four"]).unwrap();
+    log.append(Epoch(0), b"after").unwrap();
+    log.sync().unwrap();
+    log.rotate().unwrap();
+    log.append(Epoch(0), b"in the next segment").unwrap();
+    log.close().unwrap();
+    // Flip a bit in the third entry's payload (sealed segment 1: the open does not walk it).
+    let state = st.state();
+    let mut files: Vec<_> =
+        state.file_names().into_iter().map(|n| (n.clone(), state.file_bytes(&n).unwrap().to_vec())).collect();
+    let seg = files.iter_mut().find(|f| f.0 == segment_file_name(1)).unwrap();
+    let at = seg.1.windows(13).position(|w| w == b"three of four").unwrap();
+    seg.1[at + 2] ^= 0x10;
+    let (log, rep) = Wal::open_with(Arc::new(MemStorage::from_files(files)), opts).unwrap();
+    assert_eq!(rep.verdict, CrcVerdict::Ok, "the open walked the sealed segment");
+    let mut r = log.replay().unwrap();
+    let mut read = Vec::new();
+    let err = loop {
+        match r.next() {
+            Some(Ok(item)) => read.push(item.lsn.0),
+            Some(Err(e)) => break e,
+            None => panic!("the replay read past the damage: {read:?}"),
+        }
+    };
+    assert_eq!(read, vec![first.0 - 1], "entries of the damaged batch were returned");
+    match err {
+        wal::Error::Damaged(d) => assert_eq!((d.verdict, d.segment), (CrcVerdict::Corrupt, 1), "{d}"),
+        e => panic!("{e}"),
     }
 }

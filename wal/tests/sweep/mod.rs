@@ -939,46 +939,66 @@ fn files_of(state: &MemState) -> Files {
 }
 
 /// Damage to attested data: CORRUPT, never OK, TORN_TAIL or CORRUPT_TAIL (so never CLEAN: the
-/// state is not checked on a CORRUPT log), and a salvage read yields only true entries, a prefix.
-/// Returns the verdict and whether the salvage read met the known bug of a replaced footer.
-fn check_corrupt(
-    files: Files,
-    want: &[(u64, Vec<u8>)],
-    written: &Written,
-) -> Result<(CrcVerdict, bool), String> {
+/// state is not checked on a CORRUPT log), and a salvage read yields a state the log really held:
+/// the live entries after some prefix of its history (at a user-batch boundary), from the first
+/// entry it reads on. (It stops at the damage, so cuts written after it are not applied: the
+/// entries they cut may appear, as they were live at that point. A state the log never held, such
+/// as a cut entry next to the one that replaced it, fails.)
+fn check_corrupt(files: Files, hist: &History) -> Result<CrcVerdict, String> {
     let img = MemStorage::from_files(files);
     let scan = wal::scan_log(&img, true).map_err(|e| format!("scan failed: {e}"))?;
     if scan.verdict != CrcVerdict::Corrupt {
         return Err(format!("damage to attested data gave {} ({:?})", scan.verdict.as_str(), scan.damage));
     }
     // (A writer's open walks only the last segment, so it is not asked here; a read of the log
-    // meets the damage.) A salvage read yields only the log's own entries, in order.
+    // meets the damage.)
     let salvage = Options { segment_len_bytes: SEG, recovery: RecoveryMode::Salvage, ..Options::default() };
     if let Ok((log, _)) = Wal::open_with(Arc::new(img), salvage) {
         if let Ok(mut r) = log.replay() {
-            let mut i = 0;
+            let mut read = Vec::new();
             while let Some(Ok(item)) = r.next() {
-                if item.kind != wal::ItemKind::Entry {
-                    continue;
+                if item.kind == wal::ItemKind::Entry {
+                    read.push((item.lsn.0, item.payload.to_vec()));
                 }
-                let ok = want.get(i).is_some_and(|(l, p)| *l == item.lsn.0 && p == item.payload);
-                if !ok && written.get(&item.lsn.0).is_some_and(|ps| ps.iter().any(|p| p == item.payload)) {
-                    // Known bug (corruption.rs a_salvage_read_past_a_replaced_footer_yields_no_cut_entry):
-                    // an entry this log wrote at that LSN and later cut. Counted, not hidden.
-                    return Ok((scan.verdict, true));
-                }
-                if !ok {
-                    return Err(format!("salvage read LSN {} that is not the log's entry #{i}", item.lsn.0));
-                }
-                i += 1;
+            }
+            if !held_state(hist, &read) {
+                let span = read.first().zip(read.last()).map(|(a, b)| (a.0, b.0));
+                return Err(format!(
+                    "salvage read {} entries {span:?}: no state the log ever held",
+                    read.len()
+                ));
             }
         }
     }
-    Ok((scan.verdict, false))
+    Ok(scan.verdict)
 }
 
-/// Every payload the workload wrote, by LSN (cut ones too).
-type Written = BTreeMap<u64, Vec<Vec<u8>>>;
+/// Whether `read` is the live entries, from its first LSN on, after some prefix of `hist` that
+/// ends at a user-batch boundary (an empty read always is).
+fn held_state(hist: &History, read: &[(u64, Vec<u8>)]) -> bool {
+    let Some(first) = read.first().map(|e| e.0) else { return true };
+    let mut m: BTreeMap<u64, &[u8]> = BTreeMap::new();
+    let same = |m: &BTreeMap<u64, &[u8]>| {
+        m.range(first..).count() == read.len()
+            && m.range(first..).zip(read).all(|((l, p), (rl, rp))| l == rl && *p == &rp[..])
+    };
+    for k in 0..=hist.ops.len() {
+        if k > 0 {
+            match &hist.ops[k - 1] {
+                HOp::Put(l, p) => {
+                    m.insert(*l, p);
+                }
+                HOp::Cut(c) => {
+                    m.split_off(c);
+                }
+            }
+        }
+        if hist.ok[k] && same(&m) {
+            return true;
+        }
+    }
+    false
+}
 
 /// Byte ranges of a segment file that hold data (non-zero sectors), as sector numbers.
 fn data_sectors(bytes: &[u8]) -> Vec<usize> {
@@ -1008,19 +1028,11 @@ pub fn corrupt_class(seed: u64, ran: &Ran, foreign: &Files, only: Option<Only>, 
         .collect();
     let meta = files.iter().position(|f| f.0 == wal::format::META_FILE_NAME);
     let mid = ran.mid.as_ref().map(files_of).unwrap_or_default();
-    let mut written = Written::new();
-    for op in &ran.hist.ops {
-        if let HOp::Put(l, p) = op {
-            written.entry(*l).or_default().push(p.clone());
-        }
-    }
+    // The history the oracle searches is this log's: its last state is what the clean log reads.
+    assert!(held_state(&ran.hist, &want), "seed {seed}: the clean log is no state of its history");
     let mut run = |what: String, kind: &'static str, v: Files, sum: &mut Summary| {
         let Some(n) = cases.take() else { return };
-        let (verdict, known) =
-            check_corrupt(v, &want, &written).unwrap_or_else(|e| panic!("{}: {e}", cases.ctx(n, &what)));
-        if known {
-            sum.fault("known bug: salvage past a replaced footer yields a cut entry", 1);
-        }
+        let verdict = check_corrupt(v, &ran.hist).unwrap_or_else(|e| panic!("{}: {e}", cases.ctx(n, &what)));
         *sum.cases.entry(Class::Corrupt.name()).or_default() += 1;
         sum.verdict(Class::Corrupt, verdict);
         sum.fault(kind, 1);
