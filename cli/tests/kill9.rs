@@ -5,7 +5,8 @@
 //! `WAL_KILL9_CHILD` environment variable). The child opens the log (recovering what the last
 //! kill left), starts the I/O thread ([`wal::AsyncWal`], io_uring or pwrite + fdatasync,
 //! alternating by round) and runs four writers that each keep a window of eight durable appends
-//! in flight. Every payload is a function of its LSN ([`content`]). When a ticket resolves
+//! in flight, and a fifth that waits for each entry with `append_wait` (driving the round
+//! itself when it can). Every payload is a function of its LSN ([`content`]). When a ticket resolves
 //! durable, the child writes `ack <lsn>` to its stdout, a pipe the parent reads. The parent kills
 //! it at a seeded random moment (half the rounds after 0 to 400 ms, so some kills land during
 //! the open and its tail cut and most during appends and rotations; half right after the
@@ -43,7 +44,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wal::{AsyncOptions, AsyncWal, Backend, Durability, Options, Wal};
+use wal::{AsyncOptions, AsyncWal, Backend, Durability, Options, Payload, Wal};
 
 const SEG: u32 = 64 * 1024;
 const CHILD_ENV: &str = "WAL_KILL9_CHILD";
@@ -104,7 +105,7 @@ fn kill9_child_role() {
     // payload is for before it appends; the waits overlap, so syncs are shared.
     let order = Arc::new(Mutex::new(()));
     let started = Instant::now();
-    let writers: Vec<_> = (0..4)
+    let mut writers: Vec<_> = (0..4)
         .map(|_| {
             let (log, order) = (log.clone(), order.clone());
             std::thread::spawn(move || {
@@ -126,6 +127,22 @@ fn kill9_child_role() {
             })
         })
         .collect();
+    // A fifth writer waits for each entry with `append_wait`, which runs the round (write,
+    // fdatasync, acknowledge) on this thread whenever the I/O thread is idle.
+    let (log5, order5) = (log.clone(), order.clone());
+    writers.push(std::thread::spawn(move || {
+        while started.elapsed() < CHILD_MAX_RUN {
+            let t = {
+                let _turn = order5.lock().unwrap_or_else(|e| e.into_inner());
+                let lsn = log5.next_lsn().0;
+                let t = log5.append_wait(epoch, Payload::One(content(lsn))).expect("child: append_wait");
+                assert_eq!(t.lsn.0, lsn, "child: the ticket's LSN is the one the payload is for");
+                t
+            };
+            let lsn = t.wait().expect("child: a durable append_wait failed");
+            say(format!("ack {}\n", lsn.0));
+        }
+    }));
     for w in writers {
         w.join().expect("child: writer panicked");
     }

@@ -22,6 +22,11 @@
 //! - The thread sleeps in [`Storage::wait`](crate::storage::Storage::wait): on io_uring in the
 //!   ring, for a completion or a byte on the bell's pipe; elsewhere on the bell, which appends and
 //!   completions ring. No spinning, no sleep-polling.
+//! - Its state sits under an engine lock it holds while it works and lets go while it sleeps.
+//!   A caller of [`AsyncWal::append_wait`] that finds the lock free runs the same round on its
+//!   own thread (its entry then pays no wake-up of the I/O thread and no wake-up back), and
+//!   rings the bell on leaving if anything is left; a caller that does not find it free falls
+//!   back to enqueue-and-wait.
 //! - A failed write or sync fences the log (I6): every pending ticket resolves
 //!   [`Failure::Indeterminate`] (also those written behind a sync in flight), every later append
 //!   is refused, nothing is retried. A panic on the thread does the same: a ticket dropped
@@ -213,6 +218,10 @@ enum Req {
 pub struct AsyncWal {
     shared: Arc<Shared>,
     tx: Sender<Req>,
+    engine: Arc<Engine>,
+    /// Whether a caller may drive a round while the I/O thread sleeps (the backend's `wait`
+    /// holds nothing a round needs: see `Storage::concurrent_wait`).
+    drivable: bool,
     thread: Option<JoinHandle<Result<()>>>,
 }
 
@@ -248,16 +257,20 @@ impl AsyncWal {
             opts,
         });
         let (tx, rx) = crossbeam_channel::unbounded();
-        let sh = shared.clone();
+        let drivable = wal.storage().concurrent_wait();
+        let engine = Arc::new(Mutex::new(Some(Io::new(wal, shared.clone(), rx.clone()))));
+        let (sh, en) = (shared.clone(), engine.clone());
         let thread = std::thread::Builder::new()
             .name("wal-io".into())
             .spawn(move || {
-                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| io_loop(wal, &sh, &rx)));
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| io_loop(&en)));
                 run.unwrap_or_else(|_| {
-                    // Every ticket the thread held was resolved as its slot dropped; those still
-                    // queued are resolved here, and later appends are refused.
+                    // Every ticket the thread held was resolved as its slot dropped (the state
+                    // goes with the thread); those still queued are resolved here, and later
+                    // appends are refused.
                     let why = "the I/O thread panicked";
                     sh.set_fenced(why);
+                    drop(lock_engine(&en).take());
                     while let Ok(r) = rx.try_recv() {
                         drop(r);
                     }
@@ -265,7 +278,7 @@ impl AsyncWal {
                 })
             })
             .map_err(|e| Error::io("starting the I/O thread", e))?;
-        Ok(AsyncWal { shared, tx, thread: Some(thread) })
+        Ok(AsyncWal { shared, tx, engine, drivable, thread: Some(thread) })
     }
 
     /// Sends a request to the I/O thread and wakes it.
@@ -291,9 +304,67 @@ impl AsyncWal {
         durability: Durability,
         notify: Option<Notify>,
     ) -> Result<Ticket> {
+        self.enqueue(epoch, payload, durability, notify, true, self.shared.opts.when_full).map_err(|(e, _)| e)
+    }
+
+    /// Appends one entry or a user batch as [`Durability::Durable`] and returns its ticket once
+    /// resolved: a blocking convenience (DESIGN.md I5) for a caller that would wait at once
+    /// anyway. When the I/O thread is idle, the caller's own thread writes and syncs the batch
+    /// (with whatever else is queued) under the engine lock, instead of waking the I/O thread
+    /// and being woken by it: the two wake-ups are what one waiting submitter pays on top of
+    /// the fdatasync (`benches/compare`, `durable-1`). When the thread is busy, or the backend
+    /// sleeps holding its ring (io_uring), it is `append_with` and a wait. Either way the
+    /// ticket resolves exactly as it would on the I/O thread (the same code runs the round).
+    pub fn append_wait(&self, epoch: Epoch, payload: Payload) -> Result<Ticket> {
+        let engine = if self.drivable { self.engine.try_lock().ok() } else { None };
+        let Some(mut guard) = engine.filter(|g| g.as_ref().is_some_and(|io| !io.closing)) else {
+            let ticket = self.append_with(epoch, payload, Durability::Durable, None)?;
+            let _ = ticket.wait();
+            return Ok(ticket);
+        };
+        // Without ringing: this thread does the round. A full queue is not waited for under
+        // this lock (the I/O thread needs it to make room): the normal path does that.
+        let ticket = match self.enqueue(epoch, payload, Durability::Durable, None, false, WhenFull::Busy) {
+            Ok(t) => t,
+            Err((Error::Busy, Some(payload))) if self.shared.opts.when_full == WhenFull::Wait => {
+                drop(guard);
+                let ticket = self.append_with(epoch, payload, Durability::Durable, None)?;
+                let _ = ticket.wait();
+                return Ok(ticket);
+            }
+            Err((e, _)) => return Err(e),
+        };
+        let Some(io) = guard.as_mut() else {
+            return Err(Error::Poisoned { cause: "the I/O thread's state is gone".into() });
+        };
+        // Appends from here on ring, so a sleeping I/O thread wakes for them.
+        self.shared.lock().quiet = false;
+        io.driving = true;
+        while ticket.poll_outcome().is_none() && !io.closing && io.drive() {}
+        io.driving = false;
+        let busy = io.busy();
+        drop(guard);
+        if busy {
+            self.shared.bell.ring();
+        }
+        let _ = ticket.wait();
+        Ok(ticket)
+    }
+
+    /// Checks and enqueues an append (the one step that assigns its LSN); on a refusal, the
+    /// error and the payload when it was not consumed.
+    fn enqueue(
+        &self,
+        epoch: Epoch,
+        payload: Payload,
+        durability: Durability,
+        notify: Option<Notify>,
+        ring: bool,
+        when_full: WhenFull,
+    ) -> std::result::Result<Ticket, (Error, Option<Payload>)> {
         let (count, len) = (payload.entries(), payload.bytes());
         if count == 0 {
-            return Err(Error::InvalidArgument("empty batch".into()));
+            return Err((Error::InvalidArgument("empty batch".into()), Some(payload)));
         }
         let max = self.shared.max_payload;
         let largest = match &payload {
@@ -301,31 +372,31 @@ impl AsyncWal {
             Payload::Group(g) => g.iter().map(Vec::len).max().unwrap_or(0),
         };
         if largest > max {
-            return Err(Error::TooLarge { len: largest as u64, max: max as u64 });
+            return Err((Error::TooLarge { len: largest as u64, max: max as u64 }, Some(payload)));
         }
         let opts = &self.shared.opts;
         let mut st = self.shared.lock();
         loop {
             if let Some(cause) = &st.fenced {
-                return Err(Error::Poisoned { cause: cause.clone() });
+                return Err((Error::Poisoned { cause: cause.clone() }, Some(payload)));
             }
             if st.closing {
-                return Err(Error::ReadOnly);
+                return Err((Error::ReadOnly, Some(payload)));
             }
             // Mutant (tools/mutants.sh, I7): an append from a stale writer is accepted.
             if epoch.0 < st.epoch && !cfg!(feature = "mutant-stale-epoch-accepted") {
-                return Err(Error::StaleEpoch { current: st.epoch, given: epoch.0 });
+                return Err((Error::StaleEpoch { current: st.epoch, given: epoch.0 }, Some(payload)));
             }
             if epoch.0 > st.epoch {
-                return Err(Error::EpochNotAdvanced { current: st.epoch, given: epoch.0 });
+                return Err((Error::EpochNotAdvanced { current: st.epoch, given: epoch.0 }, Some(payload)));
             }
             let fits = st.queued_entries < opts.queue_entries
                 && (st.queued_entries == 0 || st.queued_bytes + len <= opts.queue_bytes);
             if fits {
                 break;
             }
-            if opts.when_full == WhenFull::Busy {
-                return Err(Error::Busy);
+            if when_full == WhenFull::Busy {
+                return Err((Error::Busy, Some(payload)));
             }
             st = self.shared.space.wait(st).unwrap_or_else(|e| e.into_inner());
         }
@@ -339,7 +410,7 @@ impl AsyncWal {
             if let Req::Append { slot, .. } = e.0 {
                 std::mem::forget(slot);
             }
-            return Err(Error::Poisoned { cause: "the I/O thread has stopped".into() });
+            return Err((Error::Poisoned { cause: "the I/O thread has stopped".into() }, None));
         }
         st.next_lsn += count as u64;
         st.queued_entries += count;
@@ -348,7 +419,7 @@ impl AsyncWal {
         // Rung under the lock, as the channel's own wake-up was before the bell: a woken I/O
         // thread that preempts this one meets the lock (it checks the fence under it) and lets
         // the submitter finish first, so back-to-back appends still share a batch.
-        if !st.quiet || st.untaken_bytes >= opts.overlap_write_bytes {
+        if ring && (!st.quiet || st.untaken_bytes >= opts.overlap_write_bytes) {
             self.shared.bell.ring();
         }
         drop(st);
@@ -462,11 +533,13 @@ struct Flight {
     written_at: Instant,
 }
 
-/// The I/O thread's state.
-struct Io<'a> {
+/// The I/O thread's state. It lives under [`AsyncWal`]'s engine lock: the I/O thread holds it
+/// while it works and lets go while it sleeps, so a caller waiting for its own entry
+/// ([`AsyncWal::append_wait`]) can do a round of the same work on its own thread.
+struct Io {
     wal: Wal,
-    shared: &'a Shared,
-    rx: &'a Receiver<Req>,
+    shared: Arc<Shared>,
+    rx: Receiver<Req>,
     /// Appends staged in the log's batch buffer, not written yet.
     staged: Vec<Pending>,
     /// A checkpoint was staged: the batch is written and synced even without entries.
@@ -474,35 +547,111 @@ struct Io<'a> {
     /// Written batches waiting for their sync, oldest first.
     flights: VecDeque<Flight>,
     closing: bool,
+    /// A caller of `append_wait` runs this round (counted in the stats).
+    driving: bool,
 }
 
-fn io_loop(wal: Wal, shared: &Shared, rx: &Receiver<Req>) -> Result<()> {
-    let mut io = Io {
-        wal,
-        shared,
-        rx,
-        staged: Vec::with_capacity(shared.opts.max_batch_entries.min(4096)),
-        staged_checkpoint: false,
-        flights: VecDeque::new(),
-        closing: false,
-    };
-    while !io.closing {
-        let mut progress = io.take_requests();
-        progress |= io.write_staged();
-        progress |= io.collect();
-        if io.start_sync_if_due() {
-            // A backend that runs the sync at submission has its completion ready already.
-            io.collect();
-            progress = true;
+/// The engine lock: the I/O thread's state, `None` once the thread has finished with it.
+type Engine = Mutex<Option<Io>>;
+
+fn lock_engine(engine: &Engine) -> MutexGuard<'_, Option<Io>> {
+    engine.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn io_loop(engine: &Engine) -> Result<()> {
+    loop {
+        let mut guard = lock_engine(engine);
+        let Some(io) = guard.as_mut() else {
+            return Err(Error::Poisoned { cause: "the I/O thread's state is gone".into() });
+        };
+        let progress = io.round();
+        if io.closing {
+            let Some(io) = guard.take() else { return Ok(()) };
+            drop(guard);
+            return io.finish();
         }
-        if !progress && !io.closing {
-            io.sleep();
+        if progress {
+            continue;
+        }
+        let nap = io.before_sleep();
+        drop(guard);
+        let waited = nap.storage.wait(&nap.bell, nap.timeout);
+        if let Some(io) = lock_engine(engine).as_mut() {
+            io.after_sleep(nap.quiet, waited);
         }
     }
-    io.finish()
 }
 
-impl Io<'_> {
+/// What the I/O thread sleeps on, decided under the engine lock and used without it.
+struct Nap {
+    storage: Arc<dyn crate::storage::Storage>,
+    bell: Arc<crate::storage::Bell>,
+    timeout: Option<Duration>,
+    quiet: bool,
+}
+
+impl Io {
+    fn new(wal: Wal, shared: Arc<Shared>, rx: Receiver<Req>) -> Io {
+        let staged = Vec::with_capacity(shared.opts.max_batch_entries.min(4096));
+        Io {
+            wal,
+            shared,
+            rx,
+            staged,
+            staged_checkpoint: false,
+            flights: VecDeque::new(),
+            closing: false,
+            driving: false,
+        }
+    }
+
+    /// One round of the I/O thread's work: take requests, write, collect the sync, start the
+    /// next one when due. Returns whether anything happened.
+    fn round(&mut self) -> bool {
+        let mut progress = self.take_requests();
+        progress |= self.write_staged();
+        progress |= self.collect();
+        if self.start_sync_if_due() {
+            // A backend that runs the sync at submission has its completion ready already.
+            self.collect();
+            progress = true;
+        }
+        progress
+    }
+
+    /// A caller's round for its own entry (see [`AsyncWal::append_wait`]): like the I/O
+    /// thread's, but it writes at once and waits for the sync in flight instead of sleeping.
+    /// Returns whether anything happened.
+    fn drive(&mut self) -> bool {
+        let mut progress = self.take_requests();
+        progress |= self.write_now();
+        progress |= self.collect();
+        if self.wal.syncing() {
+            match self.wal.poll_sync(true) {
+                Ok(Some(took)) => self.record_sync(took),
+                Ok(None) => {}
+                Err(e) => self.fence(e.to_string()),
+            }
+            self.resolve_durable();
+            progress = true;
+        }
+        if self.start_sync_if_due() {
+            progress = true;
+        }
+        progress | self.collect()
+    }
+
+    /// Whether anything is left for the I/O thread to do (or to wait for).
+    fn busy(&self) -> bool {
+        self.closing
+            || !self.rx.is_empty()
+            || !self.staged.is_empty()
+            || self.staged_checkpoint
+            || !self.flights.is_empty()
+            || self.wal.syncing()
+            || self.wal.written_seq() > self.wal.durable_seq()
+    }
+
     fn fenced(&self) -> Option<String> {
         self.shared.lock().fenced.clone()
     }
@@ -645,7 +794,7 @@ impl Io<'_> {
         let bytes = pending.iter().map(|p| p.bytes).sum::<usize>();
         let urgent = checkpoint || pending.iter().any(|p| p.durability == Durability::Durable);
         // Counted first: a caller woken by its ticket finds the batch in the stats.
-        self.shared.metrics.batch(entries, bytes, during_sync);
+        self.shared.metrics.batch(entries, bytes, during_sync, self.driving);
         for p in pending.iter().filter(|p| p.durability == Durability::Written) {
             p.slot.0.resolve_written(Lsn(p.lsn));
         }
@@ -765,8 +914,8 @@ impl Io<'_> {
         }
     }
 
-    /// Sleeps until a request, a completion, or the deadline of a deferred sync.
-    fn sleep(&mut self) {
+    /// Prepares to sleep until a request, a completion, or the deadline of a deferred sync.
+    fn before_sleep(&mut self) -> Nap {
         let deadline = if self.wal.syncing() || self.wal.written_seq() <= self.wal.durable_seq() {
             None
         } else {
@@ -780,8 +929,10 @@ impl Io<'_> {
         if quiet {
             self.shared.lock().quiet = true;
         }
-        let storage = self.wal.storage().clone();
-        let waited = storage.wait(&self.shared.bell, timeout);
+        Nap { storage: self.wal.storage().clone(), bell: self.shared.bell.clone(), timeout, quiet }
+    }
+
+    fn after_sleep(&mut self, quiet: bool, waited: std::io::Result<()>) {
         if quiet {
             self.shared.lock().quiet = false;
         }

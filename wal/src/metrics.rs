@@ -66,6 +66,9 @@ pub struct Stats {
     pub batches: u64,
     /// Batches written while an fdatasync was in flight (pipelined).
     pub batches_during_sync: u64,
+    /// Batches written (and synced) on the thread of a caller of `AsyncWal::append_wait`,
+    /// which found the I/O thread idle.
+    pub batches_by_waiters: u64,
     pub syncs: u64,
     /// fdatasyncs slower than `AsyncOptions::slow_sync`.
     pub slow_syncs: u64,
@@ -85,12 +88,13 @@ impl Metrics {
         self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn batch(&self, entries: usize, bytes: usize, during_sync: bool) {
+    pub(crate) fn batch(&self, entries: usize, bytes: usize, during_sync: bool, by_waiter: bool) {
         let mut s = self.lock();
         s.appends += entries as u64;
         s.payload_bytes += bytes as u64;
         s.batches += 1;
         s.batches_during_sync += u64::from(during_sync);
+        s.batches_by_waiters += u64::from(by_waiter);
         s.entries_per_batch.record(entries as u64);
     }
 

@@ -152,17 +152,17 @@ impl WalEngine {
 }
 
 impl Engine for WalEngine {
+    /// A durable append waits at once, so it goes through `append_wait` (the caller's thread
+    /// runs the round when the I/O thread is idle, as the peers' blocking writers do).
     fn append(&self, _stream: u32, entries: &[&[u8]], durable: bool) -> Res<()> {
-        let d = if durable { wal::Durability::Durable } else { wal::Durability::Written };
-        let ticket = match entries {
-            [one] => self.log.append(Self::EPOCH, one.to_vec(), d)?,
-            many => {
-                let group = wal::Payload::Group(many.iter().map(|e| e.to_vec()).collect());
-                self.log.append_with(Self::EPOCH, group, d, None)?
-            }
+        let payload = match entries {
+            [one] => wal::Payload::One(one.to_vec()),
+            many => wal::Payload::Group(many.iter().map(|e| e.to_vec()).collect()),
         };
         if durable {
-            ticket.wait()?;
+            self.log.append_wait(Self::EPOCH, payload)?.wait()?;
+        } else {
+            self.log.append_with(Self::EPOCH, payload, wal::Durability::Written, None)?;
         }
         Ok(())
     }

@@ -149,6 +149,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
         self.prepare_file(name, len)
     }
+    /// Whether another thread may submit and reap while one sleeps in [`Storage::wait`]: true
+    /// for the default `wait`, which sleeps on the bell alone; a backend whose `wait` holds what
+    /// `submit` and `reap` need (io_uring's ring) says false. The I/O thread lets a caller
+    /// waiting for its own entry drive a round while it sleeps only when this holds.
+    fn concurrent_wait(&self) -> bool {
+        true
+    }
     /// Sleeps until `bell` rings, a submitted operation's completion is ready to reap, or
     /// `timeout` passes, whichever comes first (spurious returns are allowed). The default suits
     /// a backend whose completions are ready when `submit` returns: it waits for the bell only.

@@ -385,6 +385,11 @@ impl Storage for UringStorage {
         self.files.prepare_file_reserved(name, len)
     }
 
+    /// The wait below holds the ring (and sleeps in it): no other thread submits meanwhile.
+    fn concurrent_wait(&self) -> bool {
+        false
+    }
+
     fn wait(&self, bell: &Arc<Bell>, timeout: Option<Duration>) -> io::Result<()> {
         let mut r = self.ring();
         r.arm_bell(bell)?;
