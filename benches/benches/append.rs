@@ -6,7 +6,8 @@
 //!   write that hands it to the OS (its sync follows within `written_sync_delay`);
 //! - `append_submitters/durable-256B/<threads>`: 1 to 64 threads each waiting for its own 256 B
 //!   durable entry (group commit: one fdatasync covers the entries queued while the previous
-//!   one ran);
+//!   one ran); `append_submitters/durable-wait-256B/<threads>` the same through `append_wait`,
+//!   whose caller runs the round itself when the I/O thread is idle;
 //! - `append_window/durable-256B/<in flight>`: one submitter keeping that many durable entries in
 //!   flight (it waits only for the oldest), the shape of an event loop that never blocks.
 //!
@@ -25,7 +26,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
-use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Options, Wal};
+use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Options, Payload, Wal};
 
 /// Bytes a log may hold before the benchmark replaces it with a fresh one.
 const RECYCLE_BYTES: u64 = 256 << 20;
@@ -105,30 +106,36 @@ fn append_submitters(c: &mut Criterion) {
     let mut g = c.benchmark_group("append_submitters");
     g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
     let mut log = Log::new();
-    for threads in [1usize, 2, 4, 8, 16, 32, 64] {
-        // An iteration is one entry per thread: criterion's x axis is the throughput's element
-        // count, so this is what makes its plot a curve against the number of submitters.
-        g.throughput(Throughput::Elements(threads as u64));
-        g.bench_function(BenchmarkId::new("durable-256B", threads), |b| {
-            b.iter_custom(|iters| {
-                let l = log.take(iters * threads as u64 * ENTRY as u64);
-                let start = Instant::now();
-                std::thread::scope(|s| {
-                    for _ in 0..threads {
-                        let l = &l;
-                        s.spawn(move || {
-                            for _ in 0..iters {
-                                wait(
-                                    l.append(Epoch(0), vec![0x5a; ENTRY], Durability::Durable)
-                                        .expect("append"),
-                                );
-                            }
-                        });
-                    }
-                });
-                start.elapsed()
-            })
-        });
+    // `durable-256B`: append, then wait on the ticket (the I/O thread does every round);
+    // `durable-wait-256B`: `append_wait` (a caller runs the round when the thread is idle).
+    for (name, drive) in [("durable-256B", false), ("durable-wait-256B", true)] {
+        for threads in [1usize, 2, 4, 8, 16, 32, 64] {
+            // An iteration is one entry per thread: criterion's x axis is the throughput's
+            // element count, so this is what makes its plot a curve against the submitters.
+            g.throughput(Throughput::Elements(threads as u64));
+            g.bench_function(BenchmarkId::new(name, threads), |b| {
+                b.iter_custom(|iters| {
+                    let l = log.take(iters * threads as u64 * ENTRY as u64);
+                    let start = Instant::now();
+                    std::thread::scope(|s| {
+                        for _ in 0..threads {
+                            let l = &l;
+                            s.spawn(move || {
+                                for _ in 0..iters {
+                                    let t = if drive {
+                                        l.append_wait(Epoch(0), Payload::One(vec![0x5a; ENTRY]))
+                                    } else {
+                                        l.append(Epoch(0), vec![0x5a; ENTRY], Durability::Durable)
+                                    };
+                                    wait(t.expect("append"));
+                                }
+                            });
+                        }
+                    });
+                    start.elapsed()
+                })
+            });
+        }
     }
     g.finish();
 }
