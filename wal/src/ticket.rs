@@ -19,6 +19,7 @@ use std::sync::Arc;
 #[cfg(not(loom))]
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+#[cfg(not(loom))]
 use std::time::Duration;
 
 /// Why an append did not become durable. `Indeterminate` entries may or may not be in the log

@@ -17,11 +17,13 @@
 //!   granularity, and injected faults (failed syncs, short writes, reordered and deferred
 //!   completions, disk full). It exists for tests, not as a product backend.
 
+mod bell;
 mod file;
 mod mem;
 #[cfg(target_os = "linux")]
 mod uring;
 
+pub use bell::Bell;
 pub use file::{pread_full, FileStorage};
 pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, MemState, MemStorage, SectorFate};
 #[cfg(target_os = "linux")]
@@ -31,7 +33,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::ops::Deref;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// An open file of a backend. Handles are never reused within one backend.
@@ -242,114 +244,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A poisoned lock only means another thread panicked while holding it; the state here (a
     // few flags, a queue) stays consistent, so carry on rather than cascade the panic.
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Wakes a thread that sleeps for work and completions together (the I/O thread): rung by
-/// whoever hands it work, and by a backend when a completion is ready. Ringing a bell that is
-/// already rung costs one uncontended lock; a sleeper on the condition variable is notified,
-/// and one asleep in the kernel (an io_uring wait) is woken by a byte on a pipe the ring polls.
-/// A ring is never lost: it stays set until the sleeper's next wait consumes it.
-#[derive(Debug, Default)]
-pub struct Bell {
-    st: Mutex<BellState>,
-    cv: Condvar,
-    pipe: OnceLock<Option<(std::io::PipeReader, std::io::PipeWriter)>>,
-}
-
-#[derive(Debug, Default)]
-struct BellState {
-    rung: bool,
-    asleep: bool,
-    in_kernel: bool,
-    /// Bytes written to the pipe and not yet read back.
-    unread: usize,
-}
-
-impl Bell {
-    pub fn new() -> Bell {
-        Bell::default()
-    }
-
-    /// Wakes the sleeper, or makes its next wait return at once.
-    pub fn ring(&self) {
-        let mut s = lock(&self.st);
-        if s.rung {
-            return;
-        }
-        s.rung = true;
-        if s.asleep {
-            self.cv.notify_one();
-        }
-        if s.in_kernel {
-            // One byte wakes it; later rings find `rung` set and write nothing.
-            use std::io::Write;
-            if let Some(Some((_, w))) = self.pipe.get() {
-                if (&*w).write(&[1]).is_ok_and(|n| n == 1) {
-                    s.unread += 1;
-                }
-            }
-        }
-    }
-
-    /// Sleeps on the condition variable until rung (or `timeout`), and consumes the ring.
-    pub fn wait(&self, timeout: Option<Duration>) {
-        let mut s = lock(&self.st);
-        if !s.rung {
-            s.asleep = true;
-            match timeout {
-                None => {
-                    while !s.rung {
-                        s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
-                    }
-                }
-                Some(t) => {
-                    s = self.cv.wait_timeout_while(s, t, |s| !s.rung).unwrap_or_else(|e| e.into_inner()).0;
-                }
-            }
-            s.asleep = false;
-        }
-        s.rung = false;
-    }
-
-    /// A descriptor that becomes readable when the bell rings during a kernel wait (for a
-    /// backend that sleeps in its ring).
-    #[cfg(target_os = "linux")]
-    pub(crate) fn pipe_fd(&self) -> io::Result<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
-        match self.pipe.get_or_init(|| std::io::pipe().ok()) {
-            Some((r, _)) => Ok(r.as_raw_fd()),
-            None => Err(io::Error::other("no pipe for the I/O thread's bell")),
-        }
-    }
-
-    /// Before a kernel wait: false (and the ring consumed) when already rung, so do not sleep.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn enter_kernel(&self) -> bool {
-        let mut s = lock(&self.st);
-        if s.rung {
-            s.rung = false;
-            return false;
-        }
-        s.in_kernel = true;
-        true
-    }
-
-    /// After a kernel wait: consumes the ring and reads back what was written to the pipe
-    /// (it is there: it was written under the same lock).
-    #[cfg(target_os = "linux")]
-    pub(crate) fn leave_kernel(&self) {
-        use std::io::Read;
-        let mut s = lock(&self.st);
-        s.in_kernel = false;
-        s.rung = false;
-        let n = std::mem::take(&mut s.unread);
-        if n > 0 {
-            if let Some(Some((r, _))) = self.pipe.get() {
-                let mut buf = vec![0u8; n];
-                let _ = (&*r).read_exact(&mut buf);
-            }
-        }
-    }
 }
 
 /// Completions of a backend that runs operations itself (on the submitting thread, or on its
