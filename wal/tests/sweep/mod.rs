@@ -22,7 +22,8 @@
 //!   filled with garbage, replaced by a stale, misdirected or foreign sector, a file truncated, a
 //!   segment missing, two segments swapped.
 //! - `sync-eio` (C1, C2): fdatasync fails at the k-th call, for every k, once or from then on,
-//!   on the synchronous API and through the I/O thread.
+//!   on the synchronous API and through the I/O thread (with `append_wait` rounds on the
+//!   caller's thread mixed in).
 //! - `disk-full` (C4): the device fills at a seeded point.
 //! - `syscall-fail` (C5): a create, rename, remove, directory sync, zero-fill or write fails.
 //! - `read-error` (C6): a read fails while scanning or opening.
@@ -1200,55 +1201,39 @@ pub fn sync_eio_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
         *sum.cases.entry(Class::SyncEio.name()).or_default() += 1;
         sum.fault("fdatasync EIO", 1);
     }
-    // Through the I/O thread: every ticket not durable before the failure is Indeterminate.
-    for k in 0..6u64 {
+    // Through the I/O thread: every ticket not durable before the failure is Indeterminate,
+    // for every k up to a little past the syncs a run without faults issues (the I/O thread
+    // batches by timing, so the count varies), the failure once or from then on.
+    let probe = faulty(seed, plan.short_writes);
+    let _ = io_thread_eio_run(&probe, seed, u64::MAX);
+    let syncs = probe.faults().syncs_seen;
+    for k in 0..(syncs + 2).min(32) {
         let Some(n) = cases.take() else { continue };
-        let ctx = cases.ctx(n, &format!("I/O thread, fdatasync #{k} fails"));
+        let transient = (seed + k).is_multiple_of(2);
+        let what = format!("I/O thread, fdatasync #{k} fails{}", if transient { " once" } else { "" });
+        let ctx = cases.ctx(n, &what);
         let st = faulty(seed, plan.short_writes);
-        st.faults().fail_sync_from = Some(k);
-        let (wal, _) = match Wal::open_with(Arc::new(st.clone()), opts(seed)) {
-            Ok(w) => w,
-            Err(e) => {
-                // The log's creation synced: a failure there is an error to the caller, no log.
-                assert!(matches!(e, Error::Io { .. }), "{ctx}: {e}");
-                *sum.cases.entry(Class::SyncEio.name()).or_default() += 1;
-                continue;
-            }
-        };
-        let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        let mut rng = Rng::new(seed ^ k);
-        let mut hist = History::new();
-        let mut tickets = std::collections::VecDeque::new();
-        let mut outcomes = Vec::new();
-        for i in 0..40u64 {
-            let p = command(&mut rng, i);
-            let lsn = log.next_lsn().0;
-            match log.append(Epoch(0), p.clone(), Durability::Durable) {
-                Ok(t) => {
-                    assert_eq!(t.lsn.0, lsn, "{ctx}");
-                    hist.push(HOp::Put(lsn, p), true);
-                    tickets.push_back(t);
-                }
-                Err(Error::Poisoned { .. }) => break,
-                Err(e) => panic!("{ctx}: append: {e}"),
-            }
-            if tickets.len() > 4 {
-                outcomes.push(tickets.pop_front().map(|t| t.wait()));
-            }
+        {
+            let mut f = st.faults();
+            f.fail_sync_from = Some(k);
+            f.fail_sync_until = transient.then_some(k + 1);
         }
-        outcomes.extend(tickets.into_iter().map(|t| Some(t.wait())));
-        let outcomes: Vec<_> = outcomes.into_iter().flatten().collect();
+        let Some(EioRun { hist, outcomes, fenced, syncs_before_close }) = io_thread_eio_run(&st, seed, k)
+        else {
+            // The log's creation synced: a failure there is an error to the caller, no log.
+            *sum.cases.entry(Class::SyncEio.name()).or_default() += 1;
+            continue;
+        };
         let ok = outcomes.iter().take_while(|o| o.is_ok()).count();
         if !outcomes[ok..].iter().all(|o| matches!(o, Err(Failure::Indeterminate(_)))) {
             panic!("{ctx}: after the failed sync a ticket was not Indeterminate: {:?}", &outcomes[ok..]);
         }
-        let fenced = log.fenced().is_some();
-        if ok < outcomes.len() && !fenced {
-            panic!("{ctx}: a failed sync did not fence");
+        let failed = syncs_before_close > k;
+        if failed != fenced {
+            panic!("{ctx}: the sync failed: {failed}, the log fenced: {fenced}");
         }
-        let _ = log.close();
         if fenced && st.faults().syncs_seen != k + 1 {
-            panic!("{ctx}: a sync was issued after the failed one");
+            panic!("{ctx}: a sync was issued after the failed one (no retry, even of a transient failure)");
         }
         let ran = Ran {
             st: st.clone(),
@@ -1269,6 +1254,61 @@ pub fn sync_eio_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
         sum.fault("fdatasync EIO", u64::from(fenced));
         sum.fault("tickets Indeterminate", (outcomes.len() - ok) as u64);
     }
+}
+
+struct EioRun {
+    hist: History,
+    outcomes: Vec<Result<Lsn, Failure>>,
+    fenced: bool,
+    syncs_before_close: u64,
+}
+
+/// Forty durable appends through the I/O thread, at most five in flight, every third one by
+/// `append_wait` (a round on this thread when the I/O thread is idle); `None` when the log
+/// could not be created. What was staged, every ticket's outcome in LSN order, and whether
+/// the log ended fenced, and the syncs issued before the close.
+fn io_thread_eio_run(st: &MemStorage, seed: u64, k: u64) -> Option<EioRun> {
+    let ctx = format!("seed {seed}, I/O thread, fdatasync #{k} fails");
+    let wal = match Wal::open_with(Arc::new(st.clone()), opts(seed)) {
+        Ok((w, _)) => w,
+        Err(e) => {
+            assert!(matches!(e, Error::Io { .. }), "{ctx}: {e}");
+            return None;
+        }
+    };
+    let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let mut rng = Rng::new(seed ^ k);
+    let mut hist = History::new();
+    let mut tickets = std::collections::VecDeque::<wal::Ticket>::new();
+    let mut outcomes = Vec::new();
+    for i in 0..40u64 {
+        let p = command(&mut rng, i);
+        let lsn = log.next_lsn().0;
+        let appended = if i % 3 == 2 {
+            // Its ticket comes back resolved; the ones before it are then resolved too.
+            outcomes.extend(tickets.drain(..).map(|t| t.wait()));
+            log.append_wait(Epoch(0), Payload::One(p.clone()))
+        } else {
+            log.append(Epoch(0), p.clone(), Durability::Durable)
+        };
+        match appended {
+            Ok(t) => {
+                assert_eq!(t.lsn.0, lsn, "{ctx}");
+                hist.push(HOp::Put(lsn, p), true);
+                tickets.push_back(t);
+            }
+            Err(Error::Poisoned { .. }) => break,
+            Err(e) => panic!("{ctx}: append: {e}"),
+        }
+        if tickets.len() > 4 {
+            outcomes.extend(tickets.pop_front().map(|t| t.wait()));
+        }
+    }
+    outcomes.extend(tickets.into_iter().map(|t| t.wait()));
+    let fenced = log.fenced().is_some();
+    let syncs = st.faults().syncs_seen;
+    let _ = log.close();
+    Some(EioRun { hist, outcomes, fenced, syncs_before_close: syncs })
 }
 
 /// The device fills at a seeded point: the refused operation is DiskFull, nothing is fenced,
