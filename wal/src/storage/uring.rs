@@ -59,6 +59,21 @@ struct Ring {
     unsent: usize,
     /// The bell pipe a poll is armed on (re-armed after each of its completions).
     bell_poll: Option<RawFd>,
+    /// Times the kernel had kept completions back for a full completion queue.
+    cq_overflows: u64,
+    /// Errors to report instead of running the next `io_uring_enter`s and instead of the
+    /// next completions' results (tests of the paths a real device rarely takes).
+    #[cfg(test)]
+    inject: Inject,
+}
+
+#[cfg(test)]
+#[derive(Default)]
+struct Inject {
+    /// errno for each of the next enters (0: run it).
+    enter: VecDeque<i32>,
+    /// errno to put in place of each of the next operation completions' results (0: keep it).
+    cqe: VecDeque<i32>,
 }
 
 /// Log storage whose fdatasyncs (and, unless written inline, writes) go through io_uring.
@@ -80,7 +95,12 @@ impl std::fmt::Debug for UringStorage {
 impl UringStorage {
     /// Sets up a ring for the log directory `dir`; fails where io_uring is unavailable.
     pub fn new(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
-        let ring = IoUring::new(RING_ENTRIES)?;
+        Self::with_ring_entries(dir, create, RING_ENTRIES)
+    }
+
+    /// A ring of `entries` submission slots (twice as many completion slots).
+    fn with_ring_entries(dir: impl AsRef<Path>, create: bool, entries: u32) -> io::Result<Self> {
+        let ring = IoUring::new(entries)?;
         Ok(UringStorage {
             files: FileStorage::new(dir, create)?,
             ring: Mutex::new(Ring {
@@ -90,6 +110,9 @@ impl UringStorage {
                 done: VecDeque::new(),
                 unsent: 0,
                 bell_poll: None,
+                cq_overflows: 0,
+                #[cfg(test)]
+                inject: Inject::default(),
             }),
             ring_ops: AtomicU64::new(0),
             inline_writes: false,
@@ -117,6 +140,12 @@ impl UringStorage {
     /// Writes and syncs submitted through the ring so far.
     pub fn ring_ops(&self) -> u64 {
         self.ring_ops.load(Ordering::Relaxed)
+    }
+
+    /// Times the kernel kept completions back because the completion queue was full (they
+    /// were flushed and reaped: see `Ring::drain`).
+    pub fn cq_overflows(&self) -> u64 {
+        self.ring().cq_overflows
     }
 
     fn ring(&self) -> MutexGuard<'_, Ring> {
@@ -157,7 +186,7 @@ impl Ring {
     /// completion queue.
     fn enter(&mut self, want: usize) -> io::Result<()> {
         loop {
-            match self.ring.submit_and_wait(want) {
+            match self.submit_and_wait(want) {
                 Ok(_) => {
                     self.unsent = 0;
                     return Ok(());
@@ -177,14 +206,24 @@ impl Ring {
         }
     }
 
+    /// `io_uring_enter` submitting what is queued and waiting for `want` completions.
+    fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
+        #[cfg(test)]
+        if let Some(e) = self.inject.enter.pop_front().filter(|&e| e != 0) {
+            return Err(io::Error::from_raw_os_error(e));
+        }
+        self.ring.submit_and_wait(want)
+    }
+
     /// Moves every available completion to `done`, resubmitting operations that asked for it.
     fn drain(&mut self) -> io::Result<()> {
         let mut cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
         if self.ring.submission().cq_overflow() {
+            self.cq_overflows += 1;
             // The kernel kept completions back when the queue was full (NODROP): an enter
             // with GETEVENTS (which the crate adds when this flag is up) flushes them. Busy or
             // interrupted: what was flushed is read below, the rest at the next drain.
-            match self.ring.submit_and_wait(0) {
+            match self.submit_and_wait(0) {
                 Ok(_) => self.unsent = 0,
                 Err(e) if matches!(e.raw_os_error(), Some(c) if c == libc_ebusy() || c == libc_eagain() || c == libc_eintr()) =>
                     {}
@@ -197,6 +236,11 @@ impl Ring {
                 self.bell_poll = None;
                 continue;
             }
+            #[cfg(test)]
+            let res = match self.inject.cqe.pop_front() {
+                Some(e) if e != 0 => -e,
+                _ => res,
+            };
             if res == -libc_eagain() || res == -libc_eintr() {
                 self.push(id)?;
                 continue;
@@ -410,4 +454,89 @@ impl Storage for UringStorage {
         waited?;
         r.drain()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::complete;
+
+    fn storage(entries: u32) -> (tempfile::TempDir, UringStorage, FileId) {
+        let d = tempfile::tempdir().unwrap();
+        let st = UringStorage::with_ring_entries(d.path(), true, entries).unwrap();
+        let f = st.open("f", true).unwrap();
+        (d, st, f)
+    }
+
+    /// `n` writes of 512 bytes, each its own pattern, submitted before any is reaped; then a
+    /// sync. Every completion reaped is checked: full count, the right token, no error.
+    fn write_all(st: &UringStorage, f: FileId, n: u64) {
+        for i in 0..n {
+            let data = vec![i as u8 ^ 0xa5; 512];
+            st.submit(Submission { token: i, op: Op::Write { file: f, offset: i * 512, data } }).unwrap();
+        }
+        let mut got = Vec::new();
+        while (got.len() as u64) < n {
+            st.reap(&mut got, true).unwrap();
+        }
+        let mut tokens: Vec<u64> = got.iter().map(|c| c.token).collect();
+        tokens.sort_unstable();
+        assert_eq!(tokens, (0..n).collect::<Vec<_>>());
+        for c in &got {
+            assert_eq!(c.result.as_ref().unwrap(), &512, "token {}", c.token);
+        }
+        complete(st, n, Op::SyncData { file: f }).unwrap();
+        let mut back = vec![0u8; (n * 512) as usize];
+        assert_eq!(st.read_at(f, 0, &mut back).unwrap(), back.len());
+        for (i, block) in back.chunks(512).enumerate() {
+            assert!(block.iter().all(|&b| b == i as u8 ^ 0xa5), "block {i} holds other bytes");
+        }
+    }
+
+    #[test]
+    fn eagain_and_eintr_completions_are_resubmitted() {
+        let (_d, st, f) = storage(RING_ENTRIES);
+        st.ring().inject.cqe = [EAGAIN, 0, EINTR, EAGAIN, 0, 0, EINTR].into();
+        write_all(&st, f, 6);
+        assert!(st.ring().inject.cqe.is_empty(), "every injected result was delivered");
+        // A sync that completes with EAGAIN is resubmitted too, not reported as done.
+        st.ring().inject.cqe = [EAGAIN].into();
+        complete(&st, 99, Op::SyncData { file: f }).unwrap();
+        assert!(st.ring().inject.cqe.is_empty());
+        assert_eq!(st.ring_ops(), 6 + 1 + 1, "six writes and two syncs through the ring");
+    }
+
+    #[test]
+    fn a_real_write_error_is_reported_not_resubmitted() {
+        let (_d, st, f) = storage(RING_ENTRIES);
+        st.ring().inject.cqe = [5].into(); // EIO
+        st.submit(Submission { token: 1, op: Op::Write { file: f, offset: 0, data: vec![1; 512] } }).unwrap();
+        let mut got = Vec::new();
+        st.reap(&mut got, true).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].result.as_ref().unwrap_err().raw_os_error(), Some(5));
+        assert!(st.ring().inflight.is_empty());
+    }
+
+    #[test]
+    fn eintr_ebusy_and_eagain_from_enter_are_ridden_out() {
+        let (_d, st, f) = storage(RING_ENTRIES);
+        st.ring().inject.enter = [EINTR, EBUSY, EAGAIN, EINTR, 0, EBUSY].into();
+        write_all(&st, f, 8);
+        assert!(st.ring().inject.enter.is_empty(), "every injected enter error was met");
+    }
+
+    /// A ring of 4 submission (8 completion) slots and 200 writes submitted before one is
+    /// reaped: the submission queue is flushed when full, and the kernel keeps completions
+    /// back past the full completion queue; every one of them is reaped.
+    #[test]
+    fn a_completion_queue_overflow_loses_nothing() {
+        let (_d, st, f) = storage(4);
+        write_all(&st, f, 200);
+        assert!(st.cq_overflows() > 0, "the completion queue never overflowed");
+    }
+
+    const EINTR: i32 = libc_eintr();
+    const EAGAIN: i32 = libc_eagain();
+    const EBUSY: i32 = libc_ebusy();
 }
