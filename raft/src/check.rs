@@ -12,8 +12,9 @@
 //!   the pipeline and walcheck use) from the node's snapshot file (`DIR/sm/raft-snapshot`),
 //!   feeding it the command bytes of each normal entry and every checkpoint record the node's
 //!   state machine wrote: CLEAN, DIVERGENT (where) or UNSUPPORTED_VERSION;
-//! - `compare` reads several nodes' logs in lockstep: the same entry bytes (log id, payload) at
-//!   every index all of them hold, and the same state digest at the highest common index.
+//! - `compare` reads several nodes' logs in lockstep with `verifier::compare::lockstep` (the
+//!   loop `walcheck compare` uses): the same entry bytes (log id, payload) at every index all of
+//!   them hold, and the same state digest at the highest common index.
 
 use crate::codec::decode_entry;
 use crate::state_machine::read_snapshot_file;
@@ -344,51 +345,12 @@ pub fn compare(dirs: &[PathBuf]) -> Comparison {
             Err(e) => return Comparison { verdict: "IO_ERROR", why: e, ..c },
         }
     }
-    for _ in 0..u64::MAX {
-        let mut first: Option<(u64, Vec<u8>)> = None;
-        let mut ended = 0;
-        for (i, w) in walks.iter_mut().enumerate() {
-            let got = loop {
-                match w.next(Some(hi)) {
-                    Ok(Some((l, _))) if l < lo => continue,
-                    Ok(g) => break g,
-                    Err(e) => {
-                        return Comparison {
-                            verdict: "DIVERGENT",
-                            why: format!("{}: {e}", dirs[i].display()),
-                            ..c
-                        }
-                    }
-                }
-            };
-            match (&first, got) {
-                (_, None) => ended += 1,
-                (None, Some(g)) => first = Some(g),
-                (Some((l, p)), Some((l2, p2))) if *l == l2 && *p == p2 => {}
-                (Some((l, _)), Some(_)) => {
-                    return Comparison {
-                        verdict: "DIVERGENT",
-                        why: format!(
-                            "the entry at index {l} differs between {} and {}",
-                            dirs[0].display(),
-                            dirs[i].display()
-                        ),
-                        ..c
-                    }
-                }
-            }
+    match verifier::compare::lockstep(dirs, (lo, hi), "index", |i| walks[i].next(Some(hi))) {
+        Ok(n) => c.compared = n,
+        Err(verifier::compare::Apart::Differ(why)) => return Comparison { verdict: "DIVERGENT", why, ..c },
+        Err(verifier::compare::Apart::Failed(i, e)) => {
+            return Comparison { verdict: "DIVERGENT", why: format!("{}: {e}", dirs[i].display()), ..c }
         }
-        if ended == walks.len() {
-            break;
-        }
-        if ended > 0 {
-            return Comparison {
-                verdict: "DIVERGENT",
-                why: format!("a log ends before index {hi}, which every log claims"),
-                ..c
-            };
-        }
-        c.compared += 1;
     }
     let mut digests = Vec::new();
     for (i, w) in walks.into_iter().enumerate() {

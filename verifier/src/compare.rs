@@ -113,6 +113,76 @@ fn next_entry<S: StateMachine>(
     Ok(None)
 }
 
+/// Why a lockstep walk ([`lockstep`]) stopped before the end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Apart {
+    /// The logs differ: the first difference, and where.
+    Differ(String),
+    /// Reading log `.0` failed.
+    Failed(usize, String),
+}
+
+/// Walks several logs in lockstep over the positions `lo..=hi` and compares their entries byte
+/// for byte: the one comparison loop of `walcheck compare` and of the Raft nodes' offline
+/// `compare` (which decodes its entries differently). `next(i)` gives log `i`'s next entry at
+/// or below `hi` (its position and bytes) or `None` past `hi` or at the log's end; entries
+/// before `lo`, a prefix only some logs hold, are read and skipped. `dirs` names the logs and
+/// `unit` their positions ("LSN", "index") in the reasons. Returns how many positions were
+/// compared.
+pub fn lockstep<E: std::fmt::Display>(
+    dirs: &[PathBuf],
+    (lo, hi): (u64, u64),
+    unit: &str,
+    mut next: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>, E>,
+) -> Result<u64, Apart> {
+    let mut compared = 0u64;
+    // Bounded by the entries of the shortest log: every round consumes one entry of each.
+    loop {
+        let mut first: Option<(usize, u64, Vec<u8>)> = None;
+        let mut ended = None;
+        for i in 0..dirs.len() {
+            let got = loop {
+                match next(i) {
+                    Ok(Some((at, _))) if at < lo => continue,
+                    Ok(got) => break got,
+                    Err(e) => return Err(Apart::Failed(i, e.to_string())),
+                }
+            };
+            match (&first, got) {
+                (_, None) => {
+                    ended.get_or_insert(i);
+                }
+                (None, Some((at, bytes))) => first = Some((i, at, bytes)),
+                (Some((j, at0, _)), Some((at, _))) if at != *at0 => {
+                    return Err(Apart::Differ(format!(
+                        "{} has {unit} {at} where {} has {unit} {at0} (a gap in one of them)",
+                        dirs[i].display(),
+                        dirs[*j].display()
+                    )))
+                }
+                (Some((j, at0, bytes0)), Some((_, bytes))) if bytes != *bytes0 => {
+                    return Err(Apart::Differ(format!(
+                        "the entry at {unit} {at0} differs between {} and {}",
+                        dirs[*j].display(),
+                        dirs[i].display()
+                    )))
+                }
+                (Some(_), Some(_)) => {}
+            }
+        }
+        match (ended, first) {
+            (None, _) => compared += 1,
+            (Some(_), None) => return Ok(compared),
+            (Some(i), Some(_)) => {
+                return Err(Apart::Differ(format!(
+                    "{} ends before {unit} {hi}, which every log claims to hold",
+                    dirs[i].display()
+                )))
+            }
+        }
+    }
+}
+
 /// Compares the logs in `dirs` (at least two).
 pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSpec<S>) -> ReplicaReport {
     let mut report = ReplicaReport {
@@ -190,55 +260,21 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
         }
         replayers.push(Replayer::new(Applier::new((spec.fresh)(), window)));
     }
-    'entries: loop {
-        let mut first: Option<(Lsn, Vec<u8>)> = None;
-        for (i, (r, rp)) in replays.iter_mut().zip(replayers.iter_mut()).enumerate() {
-            // Entries before the common range (only some replicas have them) are replayed, not compared.
-            let got = loop {
-                match next_entry(r, rp, hi) {
-                    Ok(Some((l, _))) if l < lo => continue,
-                    Ok(other) => break other,
-                    Err(e) => {
-                        report.verdict = ReplicaVerdict::Unreadable(format!(
-                            "{}: the replay failed: {e}",
-                            dirs[i].display()
-                        ));
-                        return report;
-                    }
-                }
-            };
-            match (&first, got) {
-                (None, None) => break 'entries,
-                (None, Some(g)) if i == 0 => first = Some(g),
-                (Some((l, p)), Some((l2, p2))) if *l == l2 && *p == p2 => {}
-                (Some((l, _)), Some((l2, _))) if *l != l2 => {
-                    report.verdict = ReplicaVerdict::Differ(format!(
-                        "{} has LSN {l2} where {} has LSN {l} (a gap in one of them)",
-                        dirs[i].display(),
-                        dirs[0].display()
-                    ));
-                    return report;
-                }
-                (Some((l, _)), Some(_)) => {
-                    report.verdict = ReplicaVerdict::Differ(format!(
-                        "the entry at LSN {l} differs between {} and {}",
-                        dirs[0].display(),
-                        dirs[i].display()
-                    ));
-                    return report;
-                }
-                (first, _) => {
-                    // One side ran out inside the common range.
-                    let short = if first.is_none() { &dirs[0] } else { &dirs[i] };
-                    report.verdict = ReplicaVerdict::Differ(format!(
-                        "{} ends before LSN {hi}, which every replica claims to hold",
-                        short.display()
-                    ));
-                    return report;
-                }
-            }
+    let compared = lockstep(dirs, (lo.0, hi.0), "LSN", |i| {
+        let (r, rp) = (&mut replays[i], &mut replayers[i]);
+        next_entry(r, rp, hi).map(|e| e.map(|(l, p)| (l.0, p)))
+    });
+    match compared {
+        Ok(n) => report.entries_compared = n,
+        Err(Apart::Differ(why)) => {
+            report.verdict = ReplicaVerdict::Differ(why);
+            return report;
         }
-        report.entries_compared += 1;
+        Err(Apart::Failed(i, e)) => {
+            report.verdict =
+                ReplicaVerdict::Unreadable(format!("{}: the replay failed: {e}", dirs[i].display()));
+            return report;
+        }
     }
     if !full {
         report.verdict = ReplicaVerdict::Agree;
@@ -267,4 +303,57 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
         ));
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Log = Vec<(u64, Vec<u8>)>;
+
+    /// Runs `lockstep` over in-memory logs; `fail` makes reading that log fail at its end.
+    fn walk(logs: &[Log], lo: u64, hi: u64, fail: Option<usize>) -> Result<u64, Apart> {
+        let dirs: Vec<PathBuf> = (0..logs.len()).map(|i| PathBuf::from(format!("r{i}"))).collect();
+        let mut at = vec![0usize; logs.len()];
+        lockstep(&dirs, (lo, hi), "LSN", |i| {
+            let e = logs[i].get(at[i]).filter(|e| e.0 <= hi).cloned();
+            at[i] += 1;
+            match e {
+                None if fail == Some(i) => Err("boom"),
+                e => Ok(e),
+            }
+        })
+    }
+
+    fn log(range: std::ops::RangeInclusive<u64>) -> Log {
+        range.map(|l| (l, vec![l as u8; 3])).collect()
+    }
+
+    #[test]
+    fn agreeing_logs_count_the_common_range_only() {
+        // r0 holds a prefix the others purged: read, not compared.
+        assert_eq!(walk(&[log(1..=9), log(4..=9), log(4..=12)], 4, 9, None), Ok(6));
+    }
+
+    #[test]
+    fn a_changed_entry_a_gap_and_a_short_log_are_named() {
+        let mut changed = log(1..=5);
+        changed[2].1[0] ^= 1;
+        let err = walk(&[log(1..=5), changed], 1, 5, None).unwrap_err();
+        assert_eq!(err, Apart::Differ("the entry at LSN 3 differs between r0 and r1".into()));
+
+        let mut gap = log(1..=5);
+        gap.remove(1);
+        let err = walk(&[log(1..=5), gap], 1, 5, None).unwrap_err();
+        assert_eq!(err, Apart::Differ("r1 has LSN 3 where r0 has LSN 2 (a gap in one of them)".into()));
+
+        // Two logs end early, the third does not: the first short one is named.
+        let err = walk(&[log(1..=3), log(1..=3), log(1..=5)], 1, 5, None).unwrap_err();
+        assert_eq!(err, Apart::Differ("r0 ends before LSN 5, which every log claims to hold".into()));
+    }
+
+    #[test]
+    fn a_read_error_is_not_taken_for_the_end() {
+        assert_eq!(walk(&[log(1..=5), log(1..=5)], 1, 5, Some(1)), Err(Apart::Failed(1, "boom".into())));
+    }
 }
