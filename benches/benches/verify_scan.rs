@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use verifier::pread::ReadOnlyDir;
-use wal::storage::{Completion, FileId, LockGuard, Mapping, Storage, Submission};
+use wal::storage::{FileId, Mapping, Storage};
 use wal::{Epoch, Options, Wal};
 
 const SEG: u32 = 8 << 20;
@@ -140,27 +140,8 @@ struct PooledPread {
 }
 
 impl Storage for PooledPread {
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
-    }
-    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
-        self.inner.open(name, create_new)
-    }
-    fn close(&self, file: FileId) {
-        self.inner.close(file)
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.inner.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn len(&self, file: FileId) -> io::Result<u64> {
-        self.inner.len(file)
-    }
-    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read_at(file, offset, buf)
-    }
+    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, submit, reap, lock, prepare_file);
+
     fn map(&self, file: FileId) -> io::Result<Mapping> {
         let len = self.inner.len(file)? as usize;
         let mut slot = self.pool.lock().expect("pool");
@@ -174,19 +155,6 @@ impl Storage for PooledPread {
         }
         *slot = Some(buf.clone());
         Ok(Mapping::Bytes(buf))
-    }
-    fn submit(&self, sub: Submission) -> io::Result<()> {
-        self.inner.submit(sub)
-    }
-    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
-        self.inner.reap(out, wait)
-    }
-    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
-        self.inner.lock(exclusive)
-    }
-
-    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
-        self.inner.prepare_file(name, len)
     }
 }
 

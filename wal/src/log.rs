@@ -1120,8 +1120,25 @@ impl Wal {
         }
         // The state at the close, so that the next open need not walk the segment for it.
         let st = self.storage.clone();
-        crate::lifecycle::write_close_state(&*st, seq, crc, &self.logical)
-            .map_err(|e| self.fail_io("writing wal.close", e))?;
+        if let Err(e) = crate::lifecycle::write_close_state(&*st, seq, crc, &self.logical) {
+            let err = self.fail_io("writing wal.close", e);
+            if !matches!(err, Error::DiskFull { .. }) {
+                return Err(err);
+            }
+            // A full disk has no block for it: close without it (the next open walks the last
+            // segment instead), after removing an older one for good, which would name another
+            // close than the one wal.meta is about to record.
+            let _ = st.remove(crate::format::CLOSE_TMP_NAME);
+            match st.remove(crate::format::CLOSE_FILE_NAME) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(self.fail_io("removing an older wal.close", e));
+                }
+                _ => {}
+            }
+            if let Err(e) = self.run(Op::SyncDir) {
+                return Err(self.fail_io("syncing the directory without wal.close", e));
+            }
+        }
         let meta = self.meta.with_close(seq, crc);
         self.write_meta(&meta)?;
         self.meta = meta;

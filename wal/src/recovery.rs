@@ -606,6 +606,8 @@ pub fn scan_log_with(
             });
             continue;
         }
+        // The state at the segment's start, for a second walk if damage stops this one.
+        let at_start = logical.clone();
         let mut w = Walker::new(header, logical.take());
         let walked = &mut out.records_walked;
         let end = w.walk(&Window::whole(&bytes), &mut |r| {
@@ -627,9 +629,16 @@ pub fn scan_log_with(
         };
         if let Some(r) = damage {
             out.damage = Some(classified(&bytes, seq, &r, later));
-            // The valid prefix of this segment is still the log's end (salvage reads it).
-            out.absorb_walk(seq, header, &mut w);
-            out.logical = w.logical;
+            // The valid prefix of this segment is still the log's end (salvage reads it), up to
+            // the end of its last whole batch: a replay stops there and a writer cuts the damaged
+            // batch, so what that batch's records before the damage applied (a next LSN, an
+            // epoch, a truncation) is not the log's. The walk above went on to the damage; walk
+            // again to the batch's start for the state there (only a damaged log pays for it).
+            let mut whole = Walker::new(header, at_start);
+            whole.stop_at = Some(w.data_end);
+            let _ = whole.walk(&Window::whole(&bytes), &mut |_| {});
+            out.absorb_walk(seq, header, &mut whole);
+            out.logical = whole.logical;
             break;
         }
         if let Some(d) = check_walked_end(seq, &header, &w, later_data(i), &meta, lsn_here) {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use wal::format::{footer_offset, record_len, segment_file_name, Kind, META_FILE_NAME};
 use wal::scan::{read_start, Expect, Start, Step, Walker};
-use wal::storage::{Completion, FileId, LockGuard, Mapping, MemStorage, Storage, Submission};
+use wal::storage::{FileId, Mapping, MemStorage, Storage};
 use wal::{CrcVerdict, DamageKind, Epoch, Lsn, Options, Wal};
 
 const SEG: u32 = 64 * 1024;
@@ -142,24 +142,8 @@ impl Windowed {
 }
 
 impl Storage for Windowed {
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
-    }
-    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
-        self.inner.open(name, create_new)
-    }
-    fn close(&self, file: FileId) {
-        self.inner.close(file)
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.inner.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn len(&self, file: FileId) -> io::Result<u64> {
-        self.inner.len(file)
-    }
+    wal::forward_storage!(inner: list, open, close, remove, rename, len, submit, reap, lock, prepare_file);
+
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.max_read.fetch_max(buf.len(), Ordering::Relaxed);
         self.inner.read_at(file, offset, buf)
@@ -170,18 +154,6 @@ impl Storage for Windowed {
     }
     fn scan_window(&self) -> Option<usize> {
         Some(self.window)
-    }
-    fn submit(&self, sub: Submission) -> io::Result<()> {
-        self.inner.submit(sub)
-    }
-    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
-        self.inner.reap(out, wait)
-    }
-    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
-        self.inner.lock(exclusive)
-    }
-    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
-        self.inner.prepare_file(name, len)
     }
 }
 

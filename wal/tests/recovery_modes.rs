@@ -35,6 +35,37 @@ fn log_with_unsynced_tail() -> (MemStorage, wal::storage::MemState) {
     (st, state)
 }
 
+/// A salvage read ends where its replay ends: the records of a torn batch before the tear are
+/// not part of the log (a writer cuts the batch), so neither its entries nor the next LSN they
+/// would imply count. (Found by the long fault sweep: a salvage read after a purge said the log
+/// went on to LSN 112 while its replay, like the snapshot, stopped at 110.)
+#[test]
+fn a_salvage_read_ends_where_its_replay_ends() {
+    let st = MemStorage::new();
+    let (mut log, _) = open(&st, RecoveryMode::TruncateTornTail).unwrap();
+    for i in 0..20u8 {
+        log.append(Epoch(0), &[i; 100]).unwrap();
+    }
+    log.sync().unwrap();
+    // One batch of ten small entries over two sectors; the crash keeps only the first sector.
+    for i in 0..10u8 {
+        log.append(Epoch(0), &[0xa0 + i; 60]).unwrap();
+    }
+    log.flush().unwrap();
+    let state = st.state();
+    log.abandon();
+    let dirty = state.effective_dirty_sectors();
+    assert!(dirty.len() >= 2, "{dirty:?}");
+    let torn = state.crash(|n, s| if (n, s) == dirty[0] { SectorFate::New } else { SectorFate::Old });
+    let scan = wal::scan_log(&torn, true).unwrap();
+    let d = scan.damage.expect("a torn batch");
+    assert!(d.lsn > 21, "the tear should follow whole records of the batch: {d}");
+    let (log, _) = open(&torn, RecoveryMode::Salvage).unwrap();
+    assert_eq!(entries(&log).len(), 20);
+    assert_eq!(log.next_lsn(), Lsn(21), "the next LSN counts records of the torn batch");
+    assert_eq!(log.written_lsn(), Some(Lsn(20)));
+}
+
 #[test]
 fn torn_tail_is_refused_by_strict_cut_by_default_and_read_by_salvage() {
     let (_, state) = log_with_unsynced_tail();

@@ -6,7 +6,7 @@
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
-use wal::storage::{Completion, FileId, FileStorage, LockGuard, Mapping, Storage, Submission};
+use wal::storage::{FileStorage, Storage};
 use wal::{Epoch, Options, SegmentFill, Wal};
 
 /// `FileStorage` that records how each file was prepared.
@@ -24,39 +24,8 @@ impl Recording {
 }
 
 impl Storage for Recording {
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
-    }
-    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
-        self.inner.open(name, create_new)
-    }
-    fn close(&self, file: FileId) {
-        self.inner.close(file)
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.inner.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn len(&self, file: FileId) -> io::Result<u64> {
-        self.inner.len(file)
-    }
-    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read_at(file, offset, buf)
-    }
-    fn map(&self, file: FileId) -> io::Result<Mapping> {
-        self.inner.map(file)
-    }
-    fn submit(&self, sub: Submission) -> io::Result<()> {
-        self.inner.submit(sub)
-    }
-    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
-        self.inner.reap(out, wait)
-    }
-    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
-        self.inner.lock(exclusive)
-    }
+    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, map, submit, reap, lock);
+
     fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
         self.prepared.lock().unwrap().push((name.to_string(), false));
         self.inner.prepare_file(name, len)

@@ -19,6 +19,7 @@
 
 mod bell;
 mod file;
+mod forward;
 mod mem;
 #[cfg(target_os = "linux")]
 mod uring;

@@ -20,7 +20,7 @@
 //!   I/O thread wakes for whichever comes first without spinning. The poll holds no buffer, so
 //!   nothing the kernel may still touch outlives the ring.
 
-use super::{Bell, Completion, FileId, FileStorage, LockGuard, Mapping, Op, Storage, Submission};
+use super::{Bell, Completion, FileId, FileStorage, Op, Storage, Submission};
 use io_uring::{opcode, types, IoUring};
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -333,38 +333,9 @@ const fn libc_etime() -> i32 {
 }
 
 impl Storage for UringStorage {
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.files.list()
-    }
-
-    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
-        self.files.open(name, create_new)
-    }
-
-    fn close(&self, file: FileId) {
-        // In-flight operations hold their own handle to the file.
-        self.files.close(file)
-    }
-
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.files.remove(name)
-    }
-
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        self.files.rename(from, to)
-    }
-
-    fn len(&self, file: FileId) -> io::Result<u64> {
-        self.files.len(file)
-    }
-
-    fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.files.read_at(file, offset, buf)
-    }
-
-    fn map(&self, file: FileId) -> io::Result<Mapping> {
-        self.files.map(file)
-    }
+    // Everything but writes and syncs is the file backend's. `close` too: an operation in
+    // flight holds its own handle to the file.
+    crate::forward_storage!(files: list, open, close, remove, rename, len, read_at, map, lock, prepare_file, prepare_file_reserved);
 
     fn submit(&self, sub: Submission) -> io::Result<()> {
         let kind = match sub.op {
@@ -415,18 +386,6 @@ impl Storage for UringStorage {
         }
         out.extend(r.done.drain(..));
         Ok(())
-    }
-
-    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
-        self.files.lock(exclusive)
-    }
-
-    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
-        self.files.prepare_file(name, len)
-    }
-
-    fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
-        self.files.prepare_file_reserved(name, len)
     }
 
     /// The wait below holds the ring (and sleeps in it): no other thread submits meanwhile.
