@@ -506,6 +506,20 @@ fn remove(dir: &Path) {
     sync_all_fs();
 }
 
+/// "2 vCPU <model>, Linux <release>": recorded with every sample, since the VM these runs share
+/// has moved between hosts with different CPUs.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
+        .map_or("unknown CPU", str::trim)
+        .to_string();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let n = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{n} vCPU {model}, Linux {}", kernel.trim())
+}
+
 fn load1() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -527,6 +541,7 @@ fn run_in(cfg: &Cfg, base: &Path) -> Res<()> {
         None => None,
     };
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let machine = machine();
     let filler = Filler::new(1 << 20);
     let probe_file = std::fs::OpenOptions::new()
         .read(true)
@@ -536,7 +551,7 @@ fn run_in(cfg: &Cfg, base: &Path) -> Res<()> {
         .open(base.join("probe"))?;
     engines::zero_fill(&probe_file, 1 << 20)?;
     eprintln!(
-        "wal-compare: {} rounds, {} s per synced workload after {} s warm-up, bulk {} MiB, windows {} x 256 B and {} x 1 MiB, load {:.2}, dir {}",
+        "wal-compare: {} rounds, {} s per synced workload after {} s warm-up, bulk {} MiB, windows {} x 256 B and {} x 1 MiB, load {:.2}, dir {}, {}",
         cfg.rounds,
         cfg.secs,
         cfg.warmup,
@@ -544,7 +559,8 @@ fn run_in(cfg: &Cfg, base: &Path) -> Res<()> {
         cfg.window,
         cfg.window_1m,
         load1(),
-        base.display()
+        base.display(),
+        machine
     );
     let (mut samples, mut probes) = (Vec::new(), Vec::new());
     let groups = groups(cfg);
@@ -595,7 +611,7 @@ fn run_in(cfg: &Cfg, base: &Path) -> Res<()> {
                     writeln!(f, "{}", report::probe_json(p, started, now))?;
                 }
                 for s in &rs {
-                    writeln!(f, "{}", report::sample_json(s, cfg, started, now, load))?;
+                    writeln!(f, "{}", report::sample_json(s, cfg, (started, now), load, &machine))?;
                 }
                 f.flush()?;
             }

@@ -46,7 +46,7 @@ pub fn progress(s: Option<&Sample>) {
     );
 }
 
-pub fn sample_json(s: &Sample, cfg: &Cfg, started: u64, now: u64, load1: f64) -> String {
+pub fn sample_json(s: &Sample, cfg: &Cfg, (started, now): (u64, u64), load1: f64, machine: &str) -> String {
     json!({
         "kind": "sample",
         "engine": s.engine,
@@ -75,6 +75,7 @@ pub fn sample_json(s: &Sample, cfg: &Cfg, started: u64, now: u64, load1: f64) ->
         "started_unix": started,
         "unix": now,
         "load1": load1,
+        "machine": machine,
     })
     .to_string()
 }
