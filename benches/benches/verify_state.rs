@@ -8,7 +8,8 @@
 //! apply seam exactly as the pipeline does) is built before timing and read from the page
 //! cache. Rounds interleave the operations; medians are reported.
 //!
-//! `cargo bench -p wal-benches --bench verify_state` (about a minute with the build).
+//! `taskset -c 0 cargo bench -p wal-benches --bench verify_state` (one core, as the floor asks;
+//! about a minute with the build).
 
 use catalog::{Catalog, Command, EntityId, EntityKind};
 use std::path::Path;
