@@ -166,7 +166,7 @@ impl Report {
         }
         let s = &self.stats;
         out += &format!(
-            "  {} segments ({} sealed, {} spare), {} records, {} entries, LSN {}..{} next {}, epoch {}\n",
+            "  {} segments ({} sealed, {} spare), {} records, {} entries, LSN {}..{} walked, next {}, epoch {}\n",
             s.segments,
             s.sealed,
             s.spares,
