@@ -418,11 +418,14 @@ pub struct Base {
 }
 
 fn opts() -> Options {
-    // Deterministic base logs: no spare prepared by a helper thread.
+    // Deterministic base logs: no spare prepared by a helper thread. No purged file set aside
+    // for reuse either: readers never open one, and the committed corpus addresses bytes by
+    // offset into the bases' files, which must stay the files they were.
     Options {
         segment_len_bytes: SEG,
         log_id: Some(LOG_ID),
         prepare_in_background: false,
+        recycle_segments: 0,
         ..Options::default()
     }
 }

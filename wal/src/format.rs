@@ -350,11 +350,27 @@ pub fn segment_file_name(seq: u64) -> String {
 
 /// Parses a segment file name; `None` for any other file.
 pub fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".wal")?;
+    parse_seq_name(name, ".wal")
+}
+
+/// The sequence of a name made of 20 decimal digits and `suffix`.
+fn parse_seq_name(name: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_suffix(suffix)?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     digits.parse().ok()
+}
+
+/// File name of a purged segment kept for reuse (FORMAT.md section 1), named by the sequence
+/// it had: readers ignore it, a writer overwrites it with zeros before it becomes a segment.
+pub fn recycle_file_name(seq: u64) -> String {
+    format!("{seq:020}.recycle")
+}
+
+/// Parses a recycled segment's file name; `None` for any other file.
+pub fn parse_recycle_file_name(name: &str) -> Option<u64> {
+    parse_seq_name(name, ".recycle")
 }
 
 pub const META_FILE_NAME: &str = "wal.meta";
@@ -405,6 +421,9 @@ mod tests {
         assert_eq!(parse_segment_file_name("42.wal"), None);
         assert_eq!(parse_segment_file_name("0000000000000000004x.wal"), None);
         assert_eq!(parse_segment_file_name("wal.meta"), None);
+        assert_eq!(parse_recycle_file_name(&recycle_file_name(42)), Some(42));
+        assert_eq!(parse_segment_file_name(&recycle_file_name(42)), None);
+        assert_eq!(parse_recycle_file_name(&segment_file_name(42)), None);
     }
 
     #[test]

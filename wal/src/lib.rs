@@ -52,6 +52,7 @@ pub mod metrics;
 mod open;
 pub mod pipeline;
 pub mod recovery;
+mod recycle;
 pub mod replay;
 pub mod scan;
 pub mod state;

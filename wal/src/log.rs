@@ -106,6 +106,12 @@ pub struct Options {
     pub max_log_bytes: Option<u64>,
     /// How new segment files get their zero bytes (FORMAT.md section 4: both read the same).
     pub segment_fill: SegmentFill,
+    /// How many purged segment files a purge may set aside (`{seq}.recycle`) to become later
+    /// segments, overwritten with zeros, instead of removing them: overwriting page-cache pages
+    /// and disk blocks that exist costs less than allocating new ones (README), and cannot run
+    /// out of space. They count against `max_log_bytes` like spares. 0 removes every purged
+    /// file.
+    pub recycle_segments: usize,
 }
 
 /// How a new segment file is made of zeros before records overwrite it.
@@ -149,6 +155,7 @@ impl Default for Options {
             prepare_in_background: true,
             max_log_bytes: None,
             segment_fill: SegmentFill::Adaptive,
+            recycle_segments: 2,
         }
     }
 }
@@ -238,6 +245,10 @@ pub struct Wal {
     pub(crate) segments: Vec<SegmentInfo>,
     pub(crate) active: Option<Active>,
     pub(crate) spares: Vec<u64>,
+    /// Purged segment files set aside for reuse, by the sequence they had, ascending.
+    pub(crate) pool: Vec<u64>,
+    /// The segments that replays of this process have mapped (never overwritten meanwhile).
+    pub(crate) pins: Arc<crate::recycle::Pins>,
     pub(crate) next_seq: u64,
     pub(crate) last_crc: u32,
     /// After staged records.
@@ -595,6 +606,8 @@ impl Wal {
             } else {
                 f
             }
+        } else if let Some(f) = self.recycle_into(&name, seg_len)? {
+            f
         } else {
             self.check_budget("a new segment")?;
             self.create_segment(&name, seg_len)?
@@ -618,7 +631,7 @@ impl Wal {
     fn segment_files(&self) -> u64 {
         let active_unlisted =
             self.active.as_ref().is_some_and(|a| self.segments.last().map(|s| s.seq) != Some(a.seq));
-        (self.segments.len() + self.spares.len() + usize::from(active_unlisted)) as u64
+        (self.segments.len() + self.spares.len() + self.pool.len() + usize::from(active_unlisted)) as u64
     }
 
     /// Refuses one more segment file beyond the size budget.
@@ -663,17 +676,25 @@ impl Wal {
     /// Prepares segment `seq` (zero-filled, synced, durable in the directory) on a helper thread,
     /// so the rotation that needs it does not wait for it.
     pub(crate) fn prepare_next(&mut self, seq: u64) {
-        if !self.opts.prepare_in_background
-            || self.spares.contains(&seq)
-            || self.preparing.is_some()
-            || self.check_budget("a spare segment").is_err()
-        {
+        if !self.opts.prepare_in_background || self.spares.contains(&seq) || self.preparing.is_some() {
+            return;
+        }
+        // A set-aside file, or a new one within the budget.
+        let source = self.take_recyclable();
+        if source.is_none() && self.check_budget("a spare segment").is_err() {
             return;
         }
         let (st, name, len) =
             (self.storage.clone(), segment_file_name(seq), u64::from(self.opts.segment_len_bytes));
         let reserve = self.reserve_segments;
         let spawned = std::thread::Builder::new().name("wal-prepare".into()).spawn(move || {
+            if let Some(old) = source {
+                let from = crate::format::recycle_file_name(old);
+                match st.recycle_file(&from, &name, len) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => crate::recycle::give_up(&*st, &from, &e),
+                }
+            }
             if reserve {
                 st.prepare_file_reserved(&name, len)
             } else {
@@ -817,7 +838,7 @@ impl Wal {
     }
 
     /// Turns an I/O error into the log's error; anything but disk full poisons the handle.
-    fn fail_io(&mut self, context: impl Into<String>, e: std::io::Error) -> Error {
+    pub(crate) fn fail_io(&mut self, context: impl Into<String>, e: std::io::Error) -> Error {
         let err = Error::io(context, e);
         if !matches!(err, Error::DiskFull { .. }) && self.poisoned.is_none() {
             self.poisoned = Some(err.to_string());
@@ -1099,12 +1120,9 @@ impl Wal {
         .with_close(self.meta.closed_segment_seq.get(), self.meta.closed_footer_crc.get());
         self.write_meta(&meta)?;
         self.meta = meta;
-        let removed: Vec<u64> = self.segments.drain(..k).map(|s| s.seq).collect();
-        for &s in &removed {
-            if let Err(e) = self.storage.remove(&segment_file_name(s)) {
-                return Err(self.fail_io("removing a purged segment", e));
-            }
-        }
+        let removed: Vec<SegmentInfo> = self.segments.drain(..k).collect();
+        self.remove_or_set_aside(&removed)?;
+        let removed: Vec<u64> = removed.iter().map(|s| s.seq).collect();
         if let Err(e) = self.run(Op::SyncDir) {
             return Err(self.fail_io("syncing the directory after a purge", e));
         }
@@ -1167,7 +1185,7 @@ impl Wal {
             Bound::Written => self.written_end(),
             Bound::Durable => self.durable_end,
         };
-        Replay::new(self.storage.clone(), &self.segments, end, from.map(|l| l.0))
+        Replay::new(self.storage.clone(), self.pins.clone(), &self.segments, end, from.map(|l| l.0))
     }
 
     /// (segment, offset) just past the last written batch.

@@ -129,7 +129,8 @@ impl Wal {
         let Some(meta) = scan.meta else {
             return Err(Error::NotFound("no wal.meta".into()));
         };
-        Wal::from_scan(storage, lock, opts, max_payload, meta, scan).map(|w| (w, report))
+        let pool = if opts.read_only { Vec::new() } else { crate::recycle::adopt(&*storage, &names, &opts)? };
+        Wal::from_scan(storage, lock, opts, max_payload, meta, scan, pool).map(|w| (w, report))
     }
 
     fn from_scan(
@@ -139,6 +140,7 @@ impl Wal {
         max_payload: u32,
         meta: MetaFile,
         scan: LogScan,
+        pool: Vec<u64>,
     ) -> Result<Wal> {
         let logical = scan.logical.clone().unwrap_or(Logical {
             next_lsn: opts.first_lsn,
@@ -155,6 +157,8 @@ impl Wal {
             segments: scan.segments,
             active: None,
             spares: scan.spares,
+            pool,
+            pins: Default::default(),
             next_seq: scan.next_seq,
             last_crc: scan.last_crc,
             written_logical: logical.clone(),

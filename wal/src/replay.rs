@@ -15,6 +15,7 @@ use crate::format::{
 };
 use crate::log::Checkpoint;
 use crate::recovery::{map_segment, SegmentInfo};
+use crate::recycle::{Pin, Pins};
 use crate::scan::{RawDamage, Step, Walker};
 use crate::storage::{Mapping, Storage};
 use crate::{Epoch, Lsn};
@@ -62,6 +63,8 @@ struct Seg {
 
 struct Cur {
     map: Mapping,
+    /// Held as long as `map` (declared after it: dropped after it).
+    _pin: Pin,
     walker: Walker,
     /// (offset, min keep bound of this and every later cut in the segment), by offset.
     cuts: Vec<(u64, u64)>,
@@ -74,6 +77,8 @@ struct Cur {
 /// Streams live entries and checkpoints. Call [`Replay::next`] until `None`.
 pub struct Replay {
     storage: Arc<dyn Storage>,
+    /// Pins the segment mapped in `cur`, so that the writer never recycles it meanwhile.
+    pins: Arc<Pins>,
     segs: Vec<Seg>,
     /// min keep bound of all cuts in segments after index i.
     keep_after: Vec<u64>,
@@ -139,6 +144,7 @@ fn group_end(walker: &Walker, map: &[u8]) -> std::result::Result<u64, RawDamage>
 impl Replay {
     pub(crate) fn new(
         storage: Arc<dyn Storage>,
+        pins: Arc<Pins>,
         segments: &[SegmentInfo],
         end: Option<(u64, u64)>,
         from: Option<u64>,
@@ -146,6 +152,7 @@ impl Replay {
         let Some((end_seq, end_offset)) = end else {
             return Ok(Replay {
                 storage,
+                pins,
                 segs: Vec::new(),
                 keep_after: Vec::new(),
                 end_offset: 0,
@@ -189,13 +196,14 @@ impl Replay {
             // Segments whose entries all lie below `from` hold nothing to return.
             i = segs.iter().position(|s| s.entries > 0 && s.max_lsn >= from).unwrap_or(segs.len());
         }
-        Ok(Replay { storage, segs, keep_after, end_offset, from, i, cur: None })
+        Ok(Replay { storage, pins, segs, keep_after, end_offset, from, i, cur: None })
     }
 
     fn open_current(&mut self) -> Result<()> {
         let Some(seg) = self.segs.get(self.i) else {
             return Ok(());
         };
+        let pin = self.pins.pin(seg.seq);
         let map = map_segment(&*self.storage, seg.seq)?;
         let is_last = self.i + 1 == self.segs.len();
         let stop = is_last.then_some(self.end_offset);
@@ -222,7 +230,15 @@ impl Replay {
             .unwrap_or_else(|| Walker::new(seg.header, None));
         walker.stop_at = stop;
         let keep_after = self.keep_after.get(self.i).copied().unwrap_or(u64::MAX);
-        self.cur = Some(Cur { map, walker, cuts: suffix, next_cut: 0, keep_after, group_checked_until: 0 });
+        self.cur = Some(Cur {
+            map,
+            _pin: pin,
+            walker,
+            cuts: suffix,
+            next_cut: 0,
+            keep_after,
+            group_checked_until: 0,
+        });
         Ok(())
     }
 

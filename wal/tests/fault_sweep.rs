@@ -52,7 +52,7 @@ fn fast_subset_of_the_fault_sweep() {
     ] {
         assert!(s.faults.get(f).is_some_and(|&n| n > 0), "no {f} injected: {:?}", s.faults);
     }
-    for phase in ["rotation", "truncate", "purge", "snapshot", "close", "append", "sync"] {
+    for phase in ["rotation", "recycle", "truncate", "purge", "snapshot", "close", "append", "sync"] {
         assert!(s.crash_phases.keys().any(|k| k.starts_with(phase)), "no crash during {phase}");
     }
     for v in ["crash/TORN_TAIL", "crash/OK", "crash-garbage/CORRUPT_TAIL", "corrupt/CORRUPT"] {

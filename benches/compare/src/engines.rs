@@ -54,7 +54,7 @@ pub trait Engine: Sync {
 pub fn open(engine: &str, dir: &Path, mode: Mode) -> Res<Box<dyn Engine>> {
     std::fs::create_dir_all(dir)?;
     Ok(match engine {
-        "wal" => Box::new(WalEngine::open(dir)?),
+        "wal" => Box::new(WalEngine::open(dir, matches!(mode, Mode::Synced { .. }))?),
         "raft-engine" => Box::new(RaftEngine::open(dir)?),
         "okaywal" => Box::new(OkayWal::open(dir, mode)?),
         "raw" => Box::new(match mode {
@@ -107,14 +107,23 @@ pub fn replay(engine: &str, dir: &Path, n: u64, len: usize) -> Res<Replayed> {
 // wal (this engine): the I/O thread, each caller waiting for its own ticket.
 
 pub struct WalEngine {
-    log: wal::AsyncWal,
+    log: Arc<wal::AsyncWal>,
+    /// The purger thread of the synced workloads; dropping the sender stops it.
+    purger: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
 }
 
 impl WalEngine {
     /// A new log has writer epoch 0.
     const EPOCH: wal::Epoch = wal::Epoch(0);
 
-    pub fn open(dir: &Path) -> Res<WalEngine> {
+    /// How often the synced workloads' log purges what its sealed segments hold.
+    const PURGE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+    /// Opens a log; with `purge_behind` (the synced workloads, in their steady state like the
+    /// peers': okaywal checkpoints and recycles, the raw loop wraps) a thread purges every sealed
+    /// segment every [`Self::PURGE_EVERY`], as a controller that snapshots continuously would,
+    /// so that the log recycles their files (`WAL_PURGE=0` turns it off, to compare).
+    pub fn open(dir: &Path, purge_behind: bool) -> Res<WalEngine> {
         std::fs::create_dir_all(dir)?;
         let opts = wal::Options {
             segment_len_bytes: 64 << 20,
@@ -122,7 +131,26 @@ impl WalEngine {
             ..wal::Options::default()
         };
         let (log, _report) = wal::Wal::open(dir, opts)?;
-        Ok(WalEngine { log: wal::AsyncWal::start(log, wal::AsyncOptions::default())? })
+        let log = Arc::new(wal::AsyncWal::start(log, wal::AsyncOptions::default())?);
+        let purge_behind = purge_behind && std::env::var("WAL_PURGE").as_deref() != Ok("0");
+        let purger = if purge_behind {
+            let (stop, stopped) = std::sync::mpsc::channel::<()>();
+            let l = log.clone();
+            let h = std::thread::Builder::new().name("compare-purge".into()).spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(Self::PURGE_EVERY)
+                {
+                    // Only sealed segments go (the one taking appends never does).
+                    if l.purge_before(l.next_lsn()).is_err() {
+                        return;
+                    }
+                }
+            })?;
+            Some((stop, h))
+        } else {
+            None
+        };
+        Ok(WalEngine { log, purger })
     }
 
     /// Enqueues one entry and returns its ticket without waiting (the pipelined workloads).
@@ -184,7 +212,13 @@ impl Engine for WalEngine {
     }
 
     fn close(self: Box<Self>) -> Res<()> {
-        Ok(self.log.close()?)
+        let WalEngine { log, purger } = *self;
+        if let Some((stop, h)) = purger {
+            drop(stop);
+            h.join().map_err(|_| "the purger thread panicked")?;
+        }
+        let log = Arc::try_unwrap(log).map_err(|_| "the log is still shared")?;
+        Ok(log.close()?)
     }
 }
 

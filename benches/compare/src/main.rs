@@ -388,7 +388,7 @@ fn synced(cfg: &Cfg, base: &Path, engine: &str, w: &str, round: usize, filler: &
     let raw_bytes: u64 = if cfg.quick { 16 << 20 } else { 64 << 20 };
     let dir = fresh(base, engine, w, round);
     let m = if engine == "wal" && w.starts_with("pipelined") {
-        let log = engines::WalEngine::open(&dir)?;
+        let log = engines::WalEngine::open(&dir, true)?;
         sync_all_fs();
         let (window, len) = if w == "pipelined" { (cfg.window, 256) } else { (cfg.window_1m, 1 << 20) };
         pipelined(&log, filler, window, len, warm)?;

@@ -126,13 +126,7 @@ impl FileStorage {
         let r = (|| {
             let f = OpenOptions::new().write(true).create_new(true).open(&path)?;
             if !(reserve && reserve_blocks(&f, len)?) {
-                let zeros = vec![0u8; ZERO_CHUNK];
-                let mut at = 0u64;
-                while at < len {
-                    let n = ((len - at) as usize).min(ZERO_CHUNK);
-                    f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
-                    at += n as u64;
-                }
+                write_zeros(&f, len)?;
             }
             f.sync_data()?;
             File::open(&self.dir)?.sync_all()
@@ -143,6 +137,44 @@ impl FileStorage {
         }
         r
     }
+}
+
+impl FileStorage {
+    fn recycle(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
+        let (src, dst) = (self.dir.join(from), self.dir.join(name));
+        let r = (|| {
+            let f = OpenOptions::new().write(true).open(&src)?;
+            let have = f.metadata()?.len();
+            if have != len {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{from} holds {have} bytes, a segment {len}"),
+                ));
+            }
+            write_zeros(&f, len)?;
+            f.sync_data()?;
+            std::fs::rename(&src, &dst)?;
+            File::open(&self.dir)?.sync_all()
+        })();
+        if r.is_err() {
+            let _ = std::fs::remove_file(&src);
+            let _ = std::fs::remove_file(&dst);
+            let _ = File::open(&self.dir).and_then(|d| d.sync_all());
+        }
+        r
+    }
+}
+
+/// Writes zeros over bytes `0..len` of `f`.
+fn write_zeros(f: &File, len: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_CHUNK];
+    let mut at = 0u64;
+    while at < len {
+        let n = ((len - at) as usize).min(ZERO_CHUNK);
+        f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// Reserves `len` bytes of blocks for `f` (its size becomes `len`; reads give zeros). Ok(false)
@@ -263,6 +295,10 @@ impl Storage for FileStorage {
 
     fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
         self.prepare(name, len, true)
+    }
+
+    fn recycle_file(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
+        self.recycle(from, name, len)
     }
 
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {

@@ -95,6 +95,11 @@ macro_rules! forward_storage {
             self.$f.prepare_file_reserved(name, len)
         }
     };
+    (@one $f:ident recycle_file) => {
+        fn recycle_file(&self, from: &str, name: &str, len: u64) -> ::std::io::Result<()> {
+            self.$f.recycle_file(from, name, len)
+        }
+    };
     (@one $f:ident concurrent_wait) => {
         fn concurrent_wait(&self) -> bool {
             self.$f.concurrent_wait()

@@ -76,6 +76,8 @@ pub enum Boundary {
     SyncDir,
     Write,
     ZeroFill,
+    /// A set-aside file overwritten with zeros, before its rename ([`Storage::recycle_file`]).
+    Recycle,
     Create,
     Rename,
     Remove,
@@ -742,6 +744,29 @@ impl MemStorage {
     }
 }
 
+impl MemStorage {
+    /// Overwrites bytes `0..len` of `file` with zeros (unsynced, so a crash keeps each sector
+    /// old or new), observed once at its end like a zero-fill.
+    fn overwrite_zeros(&self, file: FileId, len: u64) -> io::Result<()> {
+        if let Some(e) = self.faults().call(Call::ZeroFill) {
+            return Err(e);
+        }
+        let node = self.node(file)?;
+        let mut st = lock(&self.inner.state);
+        let nd = st.nodes.get_mut(&node).ok_or_else(|| io::Error::other("missing node"))?;
+        let n = (len as usize).min(nd.live.len());
+        if let Some(b) = nd.live.get_mut(..n) {
+            b.fill(0);
+        }
+        for s in 0..(n as u64).div_ceil(SECTOR) {
+            nd.dirty.insert(s);
+        }
+        drop(st);
+        self.observe_op(Boundary::Recycle);
+        Ok(())
+    }
+}
+
 impl Storage for MemStorage {
     fn list(&self) -> io::Result<Vec<String>> {
         Ok(lock(&self.inner.state).live_names.keys().cloned().collect())
@@ -903,6 +928,26 @@ impl Storage for MemStorage {
         self.close(f);
         let r = r.and_then(|_| self.sync_dir().map(|_| ()));
         if r.is_err() {
+            let _ = self.remove(name);
+            self.sync_names();
+        }
+        r
+    }
+
+    fn recycle_file(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
+        let f = self.open(from, false)?;
+        let r = (|| {
+            let have = self.len(f)?;
+            if have != len {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{from}: {have} bytes")));
+            }
+            self.overwrite_zeros(f, len)?;
+            self.sync_data(f)
+        })();
+        self.close(f);
+        let r = r.and_then(|_| self.rename(from, name)).and_then(|()| self.sync_dir().map(|_| ()));
+        if r.is_err() {
+            let _ = self.remove(from);
             let _ = self.remove(name);
             self.sync_names();
         }

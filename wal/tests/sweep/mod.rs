@@ -797,7 +797,16 @@ impl CrashChecker {
                 md.phase,
                 "append" | "batch" | "flush" | "sync" | "checkpoint" | "truncate" | "epoch"
             );
-        let phase = if rotation {
+        // Making a set-aside file a segment: its zeros, and its rename outside a purge or close.
+        let recycle = cp.at == Boundary::Recycle
+            || (cp.at == Boundary::Rename
+                && matches!(
+                    md.phase,
+                    "append" | "batch" | "flush" | "sync" | "checkpoint" | "truncate" | "epoch"
+                ));
+        let phase = if recycle {
+            "recycle"
+        } else if rotation {
             "rotation"
         } else if md.cut_pending && matches!(cp.at, Boundary::Write | Boundary::SyncData) {
             "truncate (the cut's write and sync)"

@@ -1,0 +1,184 @@
+//! Recycling purged segment files (`wal/src/recycle.rs`): a purge sets files aside, the next
+//! segment is made of one, overwritten with zeros; a file a replay maps is never overwritten;
+//! the pool survives a reopen within its limit; every entry reads back as written throughout.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use wal::format::{parse_recycle_file_name, parse_segment_file_name, recycle_file_name, segment_file_name};
+use wal::{CrcVerdict, Epoch, Lsn, Options, Wal};
+
+const SEG: u32 = 64 * 1024;
+
+fn opts(recycle: usize) -> Options {
+    Options { segment_len_bytes: SEG, recycle_segments: recycle, ..Options::default() }
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    (0..200).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+/// Appends entries `from..to`, syncing every 10.
+fn fill(log: &mut Wal, from: u64, to: u64) {
+    for i in from..to {
+        assert_eq!(log.append(Epoch(0), &payload(i)).unwrap(), Lsn(i));
+        if i % 10 == 0 {
+            log.sync().unwrap();
+        }
+    }
+    log.sync().unwrap();
+}
+
+fn names(dir: &Path) -> (BTreeSet<u64>, BTreeSet<u64>) {
+    let (mut segs, mut pool) = (BTreeSet::new(), BTreeSet::new());
+    for e in std::fs::read_dir(dir).unwrap() {
+        let n = e.unwrap().file_name().into_string().unwrap();
+        segs.extend(parse_segment_file_name(&n));
+        pool.extend(parse_recycle_file_name(&n));
+    }
+    (segs, pool)
+}
+
+fn ino(dir: &Path, name: &str) -> u64 {
+    std::fs::metadata(dir.join(name)).unwrap().ino()
+}
+
+/// Every entry the log holds, from its oldest segment on, checked against what was written:
+/// they begin at or below `first` and end with `end - 1`.
+fn check_replay(log: &Wal, first: u64, end: u64) {
+    let got = log.replay().unwrap().collect_entries().unwrap();
+    let start = got.first().map_or(end, |e| e.0);
+    assert!(start <= first, "the replay starts at {start}, after {first}");
+    let want: Vec<(u64, Vec<u8>)> = (start..end).map(|i| (i, payload(i))).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_purged_segment_becomes_a_later_segment_overwritten_with_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Wal::open(dir.path(), opts(2)).unwrap();
+    fill(&mut log, 1, 1500);
+    assert!(log.segment_count() >= 5, "needs several segments, got {}", log.segment_count());
+    let r = log.purge_before(Lsn(1200)).unwrap();
+    assert!(r.segments_removed.len() >= 3, "{r:?}");
+    let (_, pool) = names(dir.path());
+    // The newest two purged files are set aside, the others removed.
+    let newest: BTreeSet<u64> = r.segments_removed.iter().rev().take(2).copied().collect();
+    assert_eq!(pool, newest);
+    let inodes: BTreeSet<u64> = pool.iter().map(|&s| ino(dir.path(), &recycle_file_name(s))).collect();
+    let first = 1200;
+    // Enough for two more segments: both set-aside files become segments.
+    let before: BTreeSet<u64> = names(dir.path()).0;
+    fill(&mut log, 1500, 2400);
+    let (segs, pool) = names(dir.path());
+    assert!(pool.is_empty(), "every set-aside file was taken, left {pool:?}");
+    let made: BTreeSet<u64> =
+        segs.difference(&before).map(|&s| ino(dir.path(), &segment_file_name(s))).collect();
+    assert!(inodes.is_subset(&made), "new segments {made:?} should include the recycled files {inodes:?}");
+    check_replay(&log, first, 2400);
+    log.close().unwrap();
+    let (log, rep) = Wal::open(dir.path(), opts(2)).unwrap();
+    assert_eq!(rep.verdict, CrcVerdict::Ok);
+    check_replay(&log, first, 2400);
+    // A full scan (what walcheck reads) finds nothing amiss.
+    let scan = wal::scan_log(&**log.storage(), true).unwrap();
+    assert_eq!(scan.verdict, CrcVerdict::Ok);
+}
+
+#[test]
+fn with_recycling_off_a_purge_removes_every_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Wal::open(dir.path(), opts(0)).unwrap();
+    fill(&mut log, 1, 1500);
+    let r = log.purge_before(Lsn(1200)).unwrap();
+    assert!(!r.segments_removed.is_empty());
+    assert!(names(dir.path()).1.is_empty());
+    fill(&mut log, 1500, 1800);
+    check_replay(&log, 1200, 1800);
+}
+
+#[test]
+fn a_segment_a_replay_maps_is_not_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Wal::open(dir.path(), opts(1)).unwrap();
+    fill(&mut log, 1, 1500);
+    let segs: Vec<u64> = names(dir.path()).0.into_iter().collect();
+    // A replay that has mapped the first segment and read into it.
+    let mut replay = log.replay().unwrap();
+    let mut n = 0u64;
+    for i in 1..=5u64 {
+        let it = replay.next().unwrap().unwrap();
+        assert_eq!(it.lsn.0, i);
+        n = i;
+    }
+    // Purge only the first segment: it is the one mapped, and the only one set aside.
+    let below = first_lsn_of(&log, segs[1]);
+    let r = log.purge_before(Lsn(below)).unwrap();
+    assert_eq!(r.segments_removed, vec![segs[0]]);
+    let mapped_ino = ino(dir.path(), &recycle_file_name(segs[0]));
+    let before = names(dir.path()).0;
+    fill(&mut log, 1500, 2000);
+    let (now, pool) = names(dir.path());
+    assert_eq!(pool, BTreeSet::from([segs[0]]), "the mapped file stays set aside");
+    for s in now.difference(&before) {
+        assert_ne!(ino(dir.path(), &segment_file_name(*s)), mapped_ino, "segment {s} reused a mapped file");
+    }
+    // The replay reads the rest of its segment as it was written.
+    while let Some(it) = replay.next() {
+        let it = it.unwrap();
+        if it.lsn.0 >= below {
+            break;
+        }
+        n += 1;
+        assert_eq!((it.lsn.0, it.payload), (n, &payload(n)[..]));
+    }
+    assert_eq!(n, below - 1);
+    drop(replay);
+    // Unmapped now: the next segment is made of it.
+    let before = names(dir.path()).0;
+    fill(&mut log, 2000, 2600);
+    let (now, pool) = names(dir.path());
+    assert!(pool.is_empty());
+    assert!(now.difference(&before).any(|s| ino(dir.path(), &segment_file_name(*s)) == mapped_ino));
+    check_replay(&log, below, 2600);
+}
+
+/// The LSN of the first entry in segment `seq`.
+fn first_lsn_of(log: &Wal, seq: u64) -> u64 {
+    let scan = wal::scan_log(&**log.storage(), true).unwrap();
+    let before: u64 =
+        scan.segments.iter().take_while(|s| s.seq < seq).map(|s| u64::from(s.counts.entries)).sum();
+    before + 1
+}
+
+#[test]
+fn a_reopen_keeps_the_pool_within_its_limit_and_drops_misfits() {
+    let dir = tempfile::tempdir().unwrap();
+    // No spare prepared in the background: it would take a file of the pool at the open.
+    let opts = |n| Options { prepare_in_background: false, ..opts(n) };
+    let (mut log, _) = Wal::open(dir.path(), opts(3)).unwrap();
+    fill(&mut log, 1, 1500);
+    log.purge_before(Lsn(1200)).unwrap();
+    let pool = names(dir.path()).1;
+    assert_eq!(pool.len(), 3, "{pool:?}");
+    log.close().unwrap();
+    // A file of the wrong length (an older segment size) is not reused.
+    let odd = 7_777u64;
+    std::fs::write(dir.path().join(recycle_file_name(odd)), vec![1u8; 4096]).unwrap();
+    let (mut log, _) = Wal::open(dir.path(), opts(2)).unwrap();
+    let kept = names(dir.path()).1;
+    let newest: BTreeSet<u64> = pool.iter().rev().take(2).copied().collect();
+    assert_eq!(kept, newest, "the newest two of the right length stay");
+    let first = 1200;
+    fill(&mut log, 1500, 2400);
+    assert!(names(dir.path()).1.is_empty());
+    check_replay(&log, first, 2400);
+    // A reader never touches the pool.
+    log.close().unwrap();
+    std::fs::write(dir.path().join(recycle_file_name(odd)), vec![1u8; 4096]).unwrap();
+    let ro = Options { read_only: true, ..opts(2) };
+    let (log, rep) = Wal::open(dir.path(), ro).unwrap();
+    assert_eq!(rep.verdict, CrcVerdict::Ok);
+    check_replay(&log, first, 2400);
+    assert_eq!(names(dir.path()).1, BTreeSet::from([odd]));
+}
