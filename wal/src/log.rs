@@ -690,7 +690,12 @@ impl Wal {
         let spawned = std::thread::Builder::new().name("wal-prepare".into()).spawn(move || {
             if let Some(old) = source {
                 let from = crate::format::recycle_file_name(old);
-                match st.recycle_file(&from, &name, len) {
+                let r = if reserve {
+                    st.recycle_file_reserved(&from, &name, len)
+                } else {
+                    st.recycle_file(&from, &name, len)
+                };
+                match r {
                     Ok(()) => return Ok(()),
                     Err(e) => crate::recycle::give_up(&*st, &from, &e),
                 }

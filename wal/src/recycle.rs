@@ -127,7 +127,12 @@ impl Wal {
     pub(crate) fn recycle_into(&mut self, name: &str, len: u32) -> Result<Option<FileId>> {
         let Some(old) = self.take_recyclable() else { return Ok(None) };
         let from = recycle_file_name(old);
-        if let Err(e) = self.storage.recycle_file(&from, name, len.into()) {
+        let r = if self.reserve_segments {
+            self.storage.recycle_file_reserved(&from, name, len.into())
+        } else {
+            self.storage.recycle_file(&from, name, len.into())
+        };
+        if let Err(e) = r {
             give_up(&*self.storage, &from, &e);
             return Ok(None);
         }

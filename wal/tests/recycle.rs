@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use wal::format::{parse_recycle_file_name, parse_segment_file_name, recycle_file_name, segment_file_name};
-use wal::{CrcVerdict, Epoch, Lsn, Options, Wal};
+use wal::{CrcVerdict, Epoch, Lsn, Options, SegmentFill, Wal};
 
 const SEG: u32 = 64 * 1024;
 
@@ -55,7 +55,19 @@ fn check_replay(log: &Wal, first: u64, end: u64) {
 
 #[test]
 fn a_purged_segment_becomes_a_later_segment_overwritten_with_zeros() {
+    purged_segments_become_later_segments(SegmentFill::Zeros);
+}
+
+/// Reserved: the set-aside file's zeros are a `FALLOC_FL_ZERO_RANGE` reservation (on a file
+/// system that has it; written otherwise).
+#[test]
+fn a_purged_segment_becomes_a_later_segment_reserved_as_zeros() {
+    purged_segments_become_later_segments(SegmentFill::Reserved);
+}
+
+fn purged_segments_become_later_segments(how: SegmentFill) {
     let dir = tempfile::tempdir().unwrap();
+    let opts = |n| Options { segment_fill: how, ..opts(n) };
     let (mut log, _) = Wal::open(dir.path(), opts(2)).unwrap();
     fill(&mut log, 1, 1500);
     assert!(log.segment_count() >= 5, "needs several segments, got {}", log.segment_count());

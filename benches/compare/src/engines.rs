@@ -125,11 +125,14 @@ impl WalEngine {
     /// so that the log recycles their files (`WAL_PURGE=0` turns it off, to compare).
     pub fn open(dir: &Path, purge_behind: bool) -> Res<WalEngine> {
         std::fs::create_dir_all(dir)?;
-        let opts = wal::Options {
+        let mut opts = wal::Options {
             segment_len_bytes: 64 << 20,
             segment_fill: segment_fill()?,
             ..wal::Options::default()
         };
+        if let Ok(n) = std::env::var("WAL_RECYCLE") {
+            opts.recycle_segments = n.parse().map_err(|_| format!("WAL_RECYCLE={n}: a count"))?;
+        }
         let (log, _report) = wal::Wal::open(dir, opts)?;
         let log = Arc::new(wal::AsyncWal::start(log, wal::AsyncOptions::default())?);
         let purge_behind = purge_behind && std::env::var("WAL_PURGE").as_deref() != Ok("0");

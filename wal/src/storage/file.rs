@@ -140,7 +140,9 @@ impl FileStorage {
 }
 
 impl FileStorage {
-    fn recycle(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
+    /// [`Storage::recycle_file`]; with `reserve`, the zeros are a `FALLOC_FL_ZERO_RANGE`
+    /// reservation where the file system supports it (written otherwise).
+    fn recycle(&self, from: &str, name: &str, len: u64, reserve: bool) -> io::Result<()> {
         let (src, dst) = (self.dir.join(from), self.dir.join(name));
         let r = (|| {
             let f = OpenOptions::new().write(true).open(&src)?;
@@ -151,7 +153,9 @@ impl FileStorage {
                     format!("{from} holds {have} bytes, a segment {len}"),
                 ));
             }
-            write_zeros(&f, len)?;
+            if !(reserve && zero_range(&f, len)?) {
+                write_zeros(&f, len)?;
+            }
             f.sync_data()?;
             std::fs::rename(&src, &dst)?;
             File::open(&self.dir)?.sync_all()
@@ -191,6 +195,23 @@ fn reserve_blocks(f: &File, len: u64) -> io::Result<bool> {
 
 #[cfg(not(target_os = "linux"))]
 fn reserve_blocks(_f: &File, _len: u64) -> io::Result<bool> {
+    Ok(false)
+}
+
+/// Turns bytes `0..len` of `f` into a reservation reading as zeros (its blocks unwritten, its
+/// page-cache pages dropped). Ok(false) when the file system cannot (the caller writes the
+/// zeros instead).
+#[cfg(target_os = "linux")]
+fn zero_range(f: &File, len: u64) -> io::Result<bool> {
+    match rustix::fs::fallocate(f, rustix::fs::FallocateFlags::ZERO_RANGE, 0, len) {
+        Ok(()) => Ok(true),
+        Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn zero_range(_f: &File, _len: u64) -> io::Result<bool> {
     Ok(false)
 }
 
@@ -298,7 +319,11 @@ impl Storage for FileStorage {
     }
 
     fn recycle_file(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
-        self.recycle(from, name, len)
+        self.recycle(from, name, len, false)
+    }
+
+    fn recycle_file_reserved(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
+        self.recycle(from, name, len, true)
     }
 
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {

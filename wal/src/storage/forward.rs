@@ -100,6 +100,11 @@ macro_rules! forward_storage {
             self.$f.recycle_file(from, name, len)
         }
     };
+    (@one $f:ident recycle_file_reserved) => {
+        fn recycle_file_reserved(&self, from: &str, name: &str, len: u64) -> ::std::io::Result<()> {
+            self.$f.recycle_file_reserved(from, name, len)
+        }
+    };
     (@one $f:ident concurrent_wait) => {
         fn concurrent_wait(&self) -> bool {
             self.$f.concurrent_wait()

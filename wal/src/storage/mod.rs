@@ -163,6 +163,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
         let _ = (from, name, len);
         Err(io::Error::new(io::ErrorKind::Unsupported, "this storage does not recycle files"))
     }
+    /// [`Storage::recycle_file`] whose zeros may be a reservation (`fallocate` with
+    /// `FALLOC_FL_ZERO_RANGE`: the blocks become unwritten, the page-cache pages are dropped,
+    /// nothing is written) rather than written, as [`Storage::prepare_file_reserved`] is to
+    /// [`Storage::prepare_file`]. The default writes them.
+    fn recycle_file_reserved(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
+        self.recycle_file(from, name, len)
+    }
     /// Whether another thread may submit and reap while one sleeps in [`Storage::wait`]: true
     /// for the default `wait`, which sleeps on the bell alone; a backend whose `wait` holds what
     /// `submit` and `reap` need (io_uring's ring) says false. The I/O thread lets a caller
