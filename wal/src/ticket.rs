@@ -54,6 +54,10 @@ struct State {
     last: Option<Result<Lsn, Failure>>,
     waker: Option<Waker>,
     last_waker: Option<Waker>,
+    /// Threads blocked on `done`. A resolution notifies only when there is one: the condition
+    /// variable makes a futex call for every notification, waiter or not, and most tickets
+    /// (a bulk load's, an event loop's) are never waited on (two calls per `Written` entry).
+    waiters: u32,
 }
 
 /// Which resolution a [`Completion`] reports.
@@ -100,18 +104,43 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Sleeps on `done` once, counted as a waiter (spurious returns allowed).
+    fn block<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.waiters += 1;
+        let mut st = self.done.wait(st).unwrap_or_else(|e| e.into_inner());
+        st.waiters -= 1;
+        st
+    }
+
+    /// Sleeps on `done`, counted as a waiter, while `blocked` holds, at most `timeout`.
+    #[cfg(not(loom))]
+    fn block_while(
+        &self,
+        timeout: Duration,
+        blocked: impl FnMut(&mut State) -> bool,
+    ) -> MutexGuard<'_, State> {
+        let mut st = self.lock();
+        st.waiters += 1;
+        let (mut st, _) =
+            self.done.wait_timeout_while(st, timeout, blocked).unwrap_or_else(|e| e.into_inner());
+        st.waiters -= 1;
+        st
+    }
+
     /// The entry was handed to the OS (a `Written` entry's first word). Ignored once the
     /// ticket has an outcome.
     pub(crate) fn resolve_written(&self, lsn: Lsn) {
-        let waker = {
+        let (waker, blocked) = {
             let mut st = self.lock();
             if st.outcome.is_some() {
                 return;
             }
             st.outcome = Some(Ok(lsn));
-            st.waker.take()
+            (st.waker.take(), st.waiters > 0)
         };
-        self.done.notify_all();
+        if blocked {
+            self.done.notify_all();
+        }
         if let Some(w) = waker {
             w.wake();
         }
@@ -121,7 +150,7 @@ impl Inner {
     /// The ticket's last word (durable or failed), which is also its outcome if it had none; a
     /// second last word is ignored (the first one is the truth).
     pub(crate) fn resolve(&self, outcome: Result<Lsn, Failure>) {
-        let wakers = {
+        let (wakers, blocked) = {
             let mut st = self.lock();
             if st.last.is_some() {
                 return;
@@ -130,9 +159,11 @@ impl Inner {
             if st.outcome.is_none() {
                 st.outcome = Some(outcome.clone());
             }
-            [st.waker.take(), st.last_waker.take()]
+            ([st.waker.take(), st.last_waker.take()], st.waiters > 0)
         };
-        self.done.notify_all();
+        if blocked {
+            self.done.notify_all();
+        }
         for w in wakers.into_iter().flatten() {
             w.wake();
         }
@@ -172,20 +203,14 @@ impl Ticket {
             if let Some(o) = &st.outcome {
                 return o.clone();
             }
-            st = self.inner.done.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.inner.block(st);
         }
     }
 
     /// Blocks at most `timeout`; `None` if the outcome is still unknown.
     #[cfg(not(loom))]
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<Lsn, Failure>> {
-        let st = self.inner.lock();
-        let (st, _) = self
-            .inner
-            .done
-            .wait_timeout_while(st, timeout, |s| s.outcome.is_none())
-            .unwrap_or_else(|e| e.into_inner());
-        st.outcome.clone()
+        self.inner.block_while(timeout, |s| s.outcome.is_none()).outcome.clone()
     }
 
     /// The final outcome (durable, or failed) if it is known, without blocking. For a
@@ -201,20 +226,14 @@ impl Ticket {
             if let Some(o) = &st.last {
                 return o.clone();
             }
-            st = self.inner.done.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.inner.block(st);
         }
     }
 
     /// Blocks at most `timeout` for the final outcome; `None` if it is still unknown.
     #[cfg(not(loom))]
     pub fn wait_durable_timeout(&self, timeout: Duration) -> Option<Result<Lsn, Failure>> {
-        let st = self.inner.lock();
-        let (st, _) = self
-            .inner
-            .done
-            .wait_timeout_while(st, timeout, |s| s.last.is_none())
-            .unwrap_or_else(|e| e.into_inner());
-        st.last.clone()
+        self.inner.block_while(timeout, |s| s.last.is_none()).last.clone()
     }
 
     /// The final outcome as a future (the ticket itself awaits the first outcome).
@@ -306,6 +325,24 @@ mod loom_tests {
             assert_eq!(last, Err(Failure::Indeterminate("sync failed".into())));
             // The first word stays the written one.
             assert_eq!(t.wait(), Ok(Lsn(5)));
+            h.join().unwrap();
+        });
+    }
+
+    /// Two threads blocked on one ticket, one for each word, while they land: a resolution
+    /// notifies only when it counts a waiter, and neither waiter is left asleep.
+    #[test]
+    fn two_waiters_for_both_words_are_both_woken() {
+        loom::model(|| {
+            let t = Ticket::new(Lsn(4), None);
+            let (inner, other) = (t.inner.clone(), t.clone());
+            let h = loom::thread::spawn(move || {
+                inner.resolve_written(Lsn(4));
+                inner.resolve(Ok(Lsn(4)));
+            });
+            let w = loom::thread::spawn(move || other.wait());
+            assert_eq!(t.wait_durable(), Ok(Lsn(4)));
+            assert_eq!(w.join().unwrap(), Ok(Lsn(4)));
             h.join().unwrap();
         });
     }
