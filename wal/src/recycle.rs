@@ -4,7 +4,7 @@
 //! than of a new file. The format is unchanged: a segment is all zeros, synced, before it takes
 //! a record, whatever file it was made of.
 //!
-//! Why: on the machines measured (README, "Why the throughput rows fall short") a page-cache
+//! Why: on the machines measured (README, "Why the throughput rows fell short") a page-cache
 //! page the kernel must newly allocate costs far more than overwriting one that exists (fresh
 //! files 400 MiB/s once recently freed pages are used up, rewrites 5.8-7.5 GB/s), and a file
 //! system's overwrite of allocated blocks needs no allocation, so it cannot fail for space.
@@ -13,7 +13,7 @@
 //! replay of this process maps it: each [`crate::Replay`] pins the segment it has mapped
 //! ([`Pins`]) before opening it by name, and a purge renames before the overwrite checks the
 //! pins. A replay that pins after the rename finds no file (as after a removal); one that pinned
-//! before is seen, and its file waits (or is removed at the next open). Other processes never
+//! before is seen, and its file waits until the replay moves on. Other processes never
 //! map a segment while a writer holds the log (the directory lock).
 //!
 //! [`Options::recycle_segments`]: crate::Options::recycle_segments

@@ -157,7 +157,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// the directory, all before returning (so `name` is never seen holding anything but
     /// zeros). Synchronous and callable from another thread, like [`Storage::prepare_file`].
     /// Overwriting blocks and page-cache pages that exist costs less than allocating new ones
-    /// (README, "Why the throughput rows fall short"). On failure neither `from` nor `name`
+    /// (README, "Why the throughput rows fell short"). On failure neither `from` nor `name`
     /// stays. The default says `Unsupported`: the log then removes the file and creates one.
     fn recycle_file(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
         let _ = (from, name, len);
