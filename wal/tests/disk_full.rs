@@ -12,6 +12,16 @@ use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Error, Failure, Options, Wa
 
 const SEG: u32 = 64 * 1024;
 
+/// The tests of this file run one at a time. Each mounts and unmounts with a child process,
+/// and a child holds a copy of every descriptor of this process from its fork to its exec,
+/// the log's `LOCK` among them: a test that closes a log and reopens it at once could find it
+/// still locked by a sibling test's `mount` (seen once in CI on a loaded machine).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A tmpfs of `size` bytes mounted for one test and unmounted (and removed) when dropped.
 struct SmallFs {
     dir: tempfile::TempDir,
@@ -94,6 +104,7 @@ fn entries(dir: &Path) -> Vec<(u64, Vec<u8>)> {
 
 #[test]
 fn a_real_full_file_system_refuses_the_entry_keeps_the_log_and_recovers_while_full() {
+    let _serial = serial();
     let Some((fs, ballast)) = SmallFs::mount_with_ballast() else { return };
     let dir = fs.path();
     let (wal, _) = Wal::open(&dir, opts()).unwrap();
@@ -127,6 +138,7 @@ fn a_real_full_file_system_refuses_the_entry_keeps_the_log_and_recovers_while_fu
 
 #[test]
 fn the_size_budget_refuses_before_the_file_system_is_full() {
+    let _serial = serial();
     let st = MemStorage::new();
     let o = Options { max_log_bytes: Some(3 * u64::from(SEG)), ..opts() };
     let (wal, _) = Wal::open_with(Arc::new(st.clone()), o.clone()).unwrap();
@@ -161,6 +173,7 @@ fn the_size_budget_refuses_before_the_file_system_is_full() {
 /// same state, CLEAN against every checkpoint, and takes entries again.
 #[test]
 fn the_pipeline_on_a_full_file_system_rejects_without_applying_and_restarts_clean() {
+    let _serial = serial();
     use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
     let Some((fs, ballast)) = SmallFs::mount_with_ballast() else { return };
     let dir = fs.path();
@@ -203,6 +216,7 @@ fn the_pipeline_on_a_full_file_system_rejects_without_applying_and_restarts_clea
 /// Seen on the real tmpfs above, where it depended on how full the disk happened to be.
 #[test]
 fn a_close_with_no_room_for_wal_close_closes_without_it() {
+    let _serial = serial();
     let st = MemStorage::new();
     let open = || Wal::open_with(Arc::new(st.clone()), opts()).unwrap().0;
     let mut wal = open();
