@@ -69,6 +69,9 @@ pub enum WhenFull {
 /// Bounds and behaviour of the queue in front of the I/O thread.
 #[derive(Clone, Debug)]
 pub struct AsyncOptions {
+    /// The queue's bound in entries and in payload bytes: a `Written` entry holds its place
+    /// until it is written (handed to the OS), a `Durable` one until it is durable. A full
+    /// queue waits or answers Busy ([`WhenFull`]).
     pub queue_entries: usize,
     pub queue_bytes: usize,
     pub when_full: WhenFull,
@@ -526,8 +529,10 @@ struct Flight {
     /// makes every entry here durable.
     end_seq: u64,
     pending: Vec<Pending>,
-    entries: usize,
     bytes: usize,
+    /// The entries and bytes of `pending` that still hold their place in the queue (the
+    /// `Durable` ones: a `Written` entry gives its place back once written).
+    held: (usize, usize),
     /// Holds a Durable entry or a checkpoint: its sync is due at once.
     urgent: bool,
     written_at: Instant,
@@ -795,6 +800,12 @@ impl Io {
         let urgent = checkpoint || pending.iter().any(|p| p.durability == Durability::Durable);
         // Counted first: a caller woken by its ticket finds the batch in the stats.
         self.shared.metrics.batch(entries, bytes, during_sync, self.driving);
+        // A written entry's payload is in the OS now: its place in the queue, which bounds
+        // what waits to be written, goes back before its ticket says written. Its final word
+        // still waits for the sync, which the next round makes (`written_sync_bytes`/`delay`).
+        let written = pending.iter().filter(|p| p.durability == Durability::Written);
+        let freed = written.fold((0, 0), |(e, b), p| (e + p.entries, b + p.bytes));
+        self.shared.release(freed.0, freed.1);
         for p in pending.iter().filter(|p| p.durability == Durability::Written) {
             p.slot.0.resolve_written(Lsn(p.lsn));
         }
@@ -802,8 +813,8 @@ impl Io {
         self.flights.push_back(Flight {
             end_seq,
             pending,
-            entries,
             bytes,
+            held: (entries - freed.0, bytes - freed.1),
             urgent,
             written_at: Instant::now(),
         });
@@ -855,8 +866,8 @@ impl Io {
             return false;
         }
         // Space first: a caller woken by its ticket sees the queue as it now is.
-        let entries = done.iter().map(|f| f.entries).sum();
-        let bytes = done.iter().map(|f| f.bytes).sum();
+        let entries = done.iter().map(|f| f.held.0).sum();
+        let bytes = done.iter().map(|f| f.held.1).sum();
         self.shared.release(entries, bytes);
         for p in done.into_iter().flat_map(|f| f.pending) {
             p.slot.0.resolve(Ok(Lsn(p.lsn)));
@@ -947,10 +958,18 @@ impl Io {
         self.shared.set_fenced(&why);
         let mut entries = 0;
         let mut bytes = 0;
-        let flights: Vec<Pending> = self.flights.drain(..).flat_map(|f| f.pending).collect();
-        for p in self.staged.drain(..).chain(flights) {
+        let mut flights = Vec::new();
+        for f in self.flights.drain(..) {
+            entries += f.held.0;
+            bytes += f.held.1;
+            flights.extend(f.pending);
+        }
+        for p in self.staged.drain(..) {
             entries += p.entries;
             bytes += p.bytes;
+            p.slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
+        }
+        for p in flights {
             p.slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
         }
         self.staged_checkpoint = false;

@@ -154,6 +154,61 @@ fn a_full_queue_answers_busy_when_asked_not_to_wait() {
     log.close().unwrap();
 }
 
+/// A `Written` entry gives its place in the queue back once it is written, before its sync:
+/// the queue bounds what waits to be written. A `Durable` entry keeps its place until durable.
+/// With the first sync held on the storage's sync thread and a queue of two entries, written
+/// entries keep being taken (each written, none durable yet) where the old accounting answered
+/// Busy at the second; a second durable entry still finds the queue full.
+#[test]
+fn a_written_entry_frees_its_queue_place_once_written() {
+    let st = MemStorage::new();
+    st.set_sync_thread(true).unwrap();
+    let (wal, _) = Wal::open_with(
+        Arc::new(st.clone()),
+        Options { segment_len_bytes: SEG, prepare_in_background: false, ..Options::default() },
+    )
+    .unwrap();
+    // Every append written at once, also while a sync is in flight.
+    let opts = AsyncOptions {
+        queue_entries: 2,
+        when_full: WhenFull::Busy,
+        overlap_write_bytes: 0,
+        ..AsyncOptions::default()
+    };
+    let log = AsyncWal::start(wal, opts).unwrap();
+    struct Release(MemStorage);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.release_held_sync();
+        }
+    }
+    let release = Release(st.clone());
+    st.hold_next_sync();
+    let a = log.append(Epoch(0), b"a".to_vec(), Durability::Durable).unwrap();
+    assert!(st.wait_sync_held(Duration::from_secs(20)), "the sync of the first batch never started");
+    let mut written = Vec::new();
+    for i in 0..5u8 {
+        let w = log.append(Epoch(0), vec![b'w', i], Durability::Written);
+        let w = w.unwrap_or_else(|e| panic!("written entry {i} refused with a full queue: {e}"));
+        assert_eq!(w.wait_timeout(Duration::from_secs(20)), Some(Ok(w.lsn)), "entry {i} was not written");
+        assert!(w.poll_durable().is_none(), "entry {i} durable while the sync is held");
+        written.push(w);
+    }
+    let d = log.append(Epoch(0), b"d".to_vec(), Durability::Durable).unwrap();
+    assert!(matches!(log.append(Epoch(0), b"e".to_vec(), Durability::Durable), Err(Error::Busy)));
+    assert!(a.poll_outcome().is_none(), "resolved before its sync completed");
+    drop(release);
+    assert_eq!(a.wait(), Ok(Lsn(1)));
+    for w in &written {
+        assert_eq!(w.wait_durable_timeout(Duration::from_secs(20)), Some(Ok(w.lsn)));
+    }
+    assert_eq!(d.wait(), Ok(Lsn(7)));
+    log.close().unwrap();
+    let got = reopen(&st);
+    assert_eq!(got.len(), 7);
+    assert_eq!(got[6], (7, b"d".to_vec()));
+}
+
 #[test]
 fn disk_full_rejects_what_was_never_written_and_the_log_stays_usable() {
     let st = MemStorage::new();
