@@ -84,9 +84,9 @@ pub struct AsyncOptions {
     /// How many payload bytes of such batches may wait for their sync.
     pub written_sync_bytes: usize,
     /// While a sync is in flight, appends are written during it (and wake the I/O thread for
-    /// that) only once this many payload bytes wait, a whole batch of entries is staged, or a
-    /// `Written` entry waits for its hand-off to the OS; otherwise they are staged and written
-    /// when the sync completes, just before the next one starts. Writing a few hundred bytes
+    /// that) only once this many payload bytes wait; otherwise they wait in the queue and are
+    /// written when the sync completes, just before the next one starts (`Written` entries
+    /// too: their written word comes then). Writing a few hundred bytes
     /// costs less than a wake-up and a write call of their own; writing a megabyte during the
     /// sync hides most of its time. 0 writes (and wakes for) every append at once.
     pub overlap_write_bytes: usize,
