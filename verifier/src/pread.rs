@@ -59,7 +59,8 @@ impl ReadOnlyDir {
     /// Whether a writer holds the directory lock right now (a live log).
     pub fn writer_holds_lock(&self) -> bool {
         let Ok(f) = File::open(self.dir.join(wal::format::LOCK_FILE_NAME)) else { return false };
-        matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock))
+        // Patiently: a child process being started holds the lock's descriptor for a moment.
+        matches!(wal::storage::lock_patiently(&f, false), Err(std::fs::TryLockError::WouldBlock))
     }
 }
 

@@ -169,6 +169,27 @@ impl FileStorage {
     }
 }
 
+/// How long a lock found taken is tried again before it counts as another process's.
+pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Takes `f`'s lock (exclusive or shared) without blocking, trying again for up to
+/// [`LOCK_PATIENCE`] while it is taken. A child process that this one starts holds a copy of
+/// every descriptor, the lock's among them, from its fork until its exec: a log closed while
+/// a child was being started stays locked for that long (a test's reopen met it under load).
+/// A writer in another process holds it for good, and is reported after the wait.
+pub fn lock_patiently(f: &File, exclusive: bool) -> Result<(), std::fs::TryLockError> {
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        let r = if exclusive { f.try_lock() } else { f.try_lock_shared() };
+        match r {
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Writes zeros over bytes `0..len` of `f`.
 fn write_zeros(f: &File, len: u64) -> io::Result<()> {
     let zeros = vec![0u8; ZERO_CHUNK];
@@ -333,8 +354,7 @@ impl Storage for FileStorage {
             .create(true)
             .truncate(false)
             .open(self.dir.join(crate::format::LOCK_FILE_NAME))?;
-        let r = if exclusive { f.try_lock() } else { f.try_lock_shared() };
-        match r {
+        match lock_patiently(&f, exclusive) {
             Ok(()) => Ok(LockGuard::new(Box::new(f))),
             Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
                 io::ErrorKind::WouldBlock,

@@ -25,7 +25,7 @@ mod mem;
 mod uring;
 
 pub use bell::Bell;
-pub use file::{pread_full, FileStorage};
+pub use file::{lock_patiently, pread_full, FileStorage, LOCK_PATIENCE};
 pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, MemState, MemStorage, SectorFate};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
