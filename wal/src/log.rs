@@ -688,17 +688,8 @@ impl Wal {
             (self.storage.clone(), segment_file_name(seq), u64::from(self.opts.segment_len_bytes));
         let reserve = self.reserve_segments;
         let spawned = std::thread::Builder::new().name("wal-prepare".into()).spawn(move || {
-            if let Some(old) = source {
-                let from = crate::format::recycle_file_name(old);
-                let r = if reserve {
-                    st.recycle_file_reserved(&from, &name, len)
-                } else {
-                    st.recycle_file(&from, &name, len)
-                };
-                match r {
-                    Ok(()) => return Ok(()),
-                    Err(e) => crate::recycle::give_up(&*st, &from, &e),
-                }
+            if source.is_some_and(|old| crate::recycle::recycle(&*st, old, &name, len, reserve)) {
+                return Ok(());
             }
             if reserve {
                 st.prepare_file_reserved(&name, len)

@@ -126,14 +126,7 @@ impl Wal {
     /// can be taken and its recycling works (otherwise the caller creates a new file).
     pub(crate) fn recycle_into(&mut self, name: &str, len: u32) -> Result<Option<FileId>> {
         let Some(old) = self.take_recyclable() else { return Ok(None) };
-        let from = recycle_file_name(old);
-        let r = if self.reserve_segments {
-            self.storage.recycle_file_reserved(&from, name, len.into())
-        } else {
-            self.storage.recycle_file(&from, name, len.into())
-        };
-        if let Err(e) = r {
-            give_up(&*self.storage, &from, &e);
+        if !recycle(&*self.storage, old, name, len.into(), self.reserve_segments) {
             return Ok(None);
         }
         match self.storage.open(name, false) {
@@ -143,10 +136,24 @@ impl Wal {
     }
 }
 
-/// After a failed recycling: a storage that cannot recycle left the file as it was; it goes
-/// (any other failure already removed it).
-pub(crate) fn give_up(storage: &dyn Storage, from: &str, e: &std::io::Error) {
-    if e.kind() == std::io::ErrorKind::Unsupported {
-        let _ = storage.remove(from);
+/// Makes the set-aside file of segment `old` into segment file `name` (its zeros reserved or
+/// written, as new segments get theirs). False when that failed: the caller makes a new file.
+/// A storage that cannot recycle left the file as it was, and it goes; any other failure
+/// already removed it.
+pub(crate) fn recycle(storage: &dyn Storage, old: u64, name: &str, len: u64, reserve: bool) -> bool {
+    let from = recycle_file_name(old);
+    let r = if reserve {
+        storage.recycle_file_reserved(&from, name, len)
+    } else {
+        storage.recycle_file(&from, name, len)
+    };
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            if e.kind() == std::io::ErrorKind::Unsupported {
+                let _ = storage.remove(&from);
+            }
+            false
+        }
     }
 }

@@ -176,14 +176,7 @@ fn a_written_entry_frees_its_queue_place_once_written() {
         ..AsyncOptions::default()
     };
     let log = AsyncWal::start(wal, opts).unwrap();
-    struct Release(MemStorage);
-    impl Drop for Release {
-        fn drop(&mut self) {
-            self.0.release_held_sync();
-        }
-    }
-    let release = Release(st.clone());
-    st.hold_next_sync();
+    let release = st.hold_next_sync();
     let a = log.append(Epoch(0), b"a".to_vec(), Durability::Durable).unwrap();
     assert!(st.wait_sync_held(Duration::from_secs(20)), "the sync of the first batch never started");
     let mut written = Vec::new();
@@ -287,14 +280,7 @@ fn append_returns_while_the_sync_of_its_own_batch_is_held() {
     .unwrap();
     let log = Arc::new(AsyncWal::start(wal, AsyncOptions::default()).unwrap());
     // Released on any exit, so a failed assertion cannot leave the appender or the close waiting.
-    struct Release(MemStorage);
-    impl Drop for Release {
-        fn drop(&mut self) {
-            self.0.release_held_sync();
-        }
-    }
-    let release = Release(st.clone());
-    st.hold_next_sync();
+    let release = st.hold_next_sync();
     let (tx, rx) = mpsc::channel();
     let appender = {
         let log = log.clone();

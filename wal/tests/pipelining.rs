@@ -299,14 +299,7 @@ fn a_failed_sync_with_a_batch_written_behind_it_fences_everything_and_retries_no
     log.append(Epoch(0), b"durable".to_vec(), Durability::Durable).unwrap().wait().unwrap();
     // The next sync is held on the sync thread (it fails once released). Released on any exit,
     // so a failed assertion cannot leave the close below waiting for it.
-    struct Release(MemStorage);
-    impl Drop for Release {
-        fn drop(&mut self) {
-            self.0.release_held_sync();
-        }
-    }
-    let _release = Release(st.clone());
-    st.hold_next_sync();
+    let _release = st.hold_next_sync();
     let a = log.append(Epoch(0), b"a: in the failing sync".to_vec(), Durability::Durable).unwrap();
     assert!(st.wait_sync_held(Duration::from_secs(20)), "the sync of a's batch never started");
     let before = log.stats();

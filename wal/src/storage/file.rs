@@ -205,26 +205,32 @@ fn write_zeros(f: &File, len: u64) -> io::Result<()> {
 /// Reserves `len` bytes of blocks for `f` (its size becomes `len`; reads give zeros). Ok(false)
 /// when the file system cannot (the caller writes the zeros instead); a real error, such as no
 /// space, is returned as it is, so a full disk is found here and not at a later write.
-#[cfg(target_os = "linux")]
 fn reserve_blocks(f: &File, len: u64) -> io::Result<bool> {
-    match rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), 0, len) {
-        Ok(()) => Ok(true),
-        Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn reserve_blocks(_f: &File, _len: u64) -> io::Result<bool> {
-    Ok(false)
+    fallocate(f, Fallocate::Reserve, len)
 }
 
 /// Turns bytes `0..len` of `f` into a reservation reading as zeros (its blocks unwritten, its
 /// page-cache pages dropped). Ok(false) when the file system cannot (the caller writes the
 /// zeros instead).
-#[cfg(target_os = "linux")]
 fn zero_range(f: &File, len: u64) -> io::Result<bool> {
-    match rustix::fs::fallocate(f, rustix::fs::FallocateFlags::ZERO_RANGE, 0, len) {
+    fallocate(f, Fallocate::ZeroRange, len)
+}
+
+#[derive(Clone, Copy)]
+enum Fallocate {
+    Reserve,
+    ZeroRange,
+}
+
+/// `fallocate` over `0..len`; Ok(false) where the file system or the OS has no such call.
+#[cfg(target_os = "linux")]
+fn fallocate(f: &File, how: Fallocate, len: u64) -> io::Result<bool> {
+    use rustix::fs::FallocateFlags;
+    let flags = match how {
+        Fallocate::Reserve => FallocateFlags::empty(),
+        Fallocate::ZeroRange => FallocateFlags::ZERO_RANGE,
+    };
+    match rustix::fs::fallocate(f, flags, 0, len) {
         Ok(()) => Ok(true),
         Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => Ok(false),
         Err(e) => Err(e.into()),
@@ -232,7 +238,7 @@ fn zero_range(f: &File, len: u64) -> io::Result<bool> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn zero_range(_f: &File, _len: u64) -> io::Result<bool> {
+fn fallocate(_f: &File, _how: Fallocate, _len: u64) -> io::Result<bool> {
     Ok(false)
 }
 

@@ -58,6 +58,16 @@ pub enum SectorFate {
     Garbage(u64),
 }
 
+/// A sync held by [`MemStorage::hold_next_sync`]; dropping it releases the sync.
+#[derive(Debug)]
+pub struct HeldSync(MemStorage);
+
+impl Drop for HeldSync {
+    fn drop(&mut self) {
+        self.0.release_held_sync();
+    }
+}
+
 /// Where a crash happens, as seen by the sync observer.
 #[derive(Clone, Debug)]
 pub struct CrashPoint {
@@ -455,11 +465,15 @@ impl MemStorage {
     }
 
     /// Holds the next sync the sync thread runs (see [`MemStorage::set_sync_thread`]) before it
-    /// takes effect, until [`MemStorage::release_held_sync`]. Nothing is locked meanwhile.
-    pub fn hold_next_sync(&self) {
+    /// takes effect, until [`MemStorage::release_held_sync`] or until the returned guard is
+    /// dropped (so a failing assertion cannot leave a writer or a close waiting for it).
+    /// Nothing is locked meanwhile.
+    #[must_use = "dropping the guard releases the held sync at once"]
+    pub fn hold_next_sync(&self) -> HeldSync {
         let mut g = lock(&self.inner.gate.st);
         g.armed = true;
         g.released = false;
+        HeldSync(self.clone())
     }
 
     /// Waits until a sync is being held; false after `timeout`.

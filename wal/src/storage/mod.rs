@@ -26,7 +26,7 @@ mod uring;
 
 pub use bell::Bell;
 pub use file::{lock_patiently, pread_full, FileStorage, LOCK_PATIENCE};
-pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, MemState, MemStorage, SectorFate};
+pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, HeldSync, MemState, MemStorage, SectorFate};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
 
