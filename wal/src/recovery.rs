@@ -116,7 +116,8 @@ pub(crate) fn read_meta(storage: &dyn Storage) -> Result<std::result::Result<Met
 /// True when every listed segment file is entirely zero (never took a record).
 pub(crate) fn only_blank_segments(storage: &dyn Storage, seqs: &[u64]) -> Result<bool> {
     for &s in seqs {
-        if !is_zero(&map_segment(storage, s)?) {
+        let (map, written) = map_segment_written(storage, s)?;
+        if !is_zero(map.get(..written).unwrap_or_default()) {
             return Ok(false);
         }
     }
@@ -153,11 +154,32 @@ pub(crate) fn map_segment(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
     m.map_err(|e| Error::io(format!("mapping {name}"), e))
 }
 
+/// [`map_segment`], and where the segment's written bytes end
+/// ([`Storage::written_end`], at most the map's length): every byte of the map past it is zero.
+pub(crate) fn map_segment_written(storage: &dyn Storage, seq: u64) -> Result<(Mapping, usize)> {
+    let name = segment_file_name(seq);
+    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let m = storage.map(f);
+    let written = storage.written_end(f);
+    storage.close(f);
+    let m = m.map_err(|e| Error::io(format!("mapping {name}"), e))?;
+    let written = written.map_err(|e| Error::io(format!("finding the data of {name}"), e))?;
+    let written = usize::try_from(written).unwrap_or(usize::MAX).min(m.len());
+    Ok((m, written))
+}
+
 /// A segment's header when it checks out on its own (magic and checksum; whether it fits the
 /// chain is judged where the segment is walked).
+///
+/// A file nothing was written to (a reserved spare) is not read: a read would put zero pages
+/// in the page cache, which some file systems (ext4) then report as written data.
 fn valid_header(storage: &dyn Storage, seq: u64) -> Result<Option<SegmentHeader>> {
     let name = segment_file_name(seq);
     let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    if storage.written_end(f).is_ok_and(|end| end == 0) {
+        storage.close(f);
+        return Ok(None);
+    }
     let mut b = [0u8; SEGMENT_HEADER_LEN];
     let n = storage.read_at(f, 0, &mut b);
     storage.close(f);
@@ -527,8 +549,18 @@ pub fn scan_log_with(
                 Windowed::Redo { visited_until: v } => visited_until = v,
             }
         }
-        let bytes = if depth == Depth::Quick { read_ends(storage, seq)? } else { map_segment(storage, seq)? };
-        let header = match scan::read_start(&bytes, &expect) {
+        let (bytes, written) = if depth == Depth::Quick {
+            let b = read_ends(storage, seq)?;
+            let len = b.len();
+            (b, len)
+        } else {
+            map_segment_written(storage, seq)?
+        };
+        // Past `written` every byte is zero: neither a spare's check nor the walk's reads it
+        // (a spare's map is not touched at all: a first fault would read ahead megabytes).
+        let seen = bytes.get(..written.max(SEGMENT_HEADER_LEN)).unwrap_or(&bytes);
+        let start = if written == 0 { Start::Spare } else { scan::read_start_in(seen, bytes.len(), &expect) };
+        let header = match start {
             Start::Spare => {
                 if later {
                     out.damage = Some(at_lsn(spare_before_data(seq), lsn_here));
@@ -561,7 +593,10 @@ pub fn scan_log_with(
             let l = crate::lifecycle::read_close_state(storage, seq, fh.crc.get()).ok().flatten()?;
             (l.next_lsn == fh.lsn.get()).then_some(Logical { epoch: fh.epoch.get(), ..l })
         };
-        let at_close = if depth == Depth::Fast && !later_data(i) { closed_state() } else { None };
+        // (A footer slot past the written end is zero: no footer, and nothing to read.)
+        let slot_written = written > crate::format::footer_offset(header.segment_len.get());
+        let at_close =
+            if depth == Depth::Fast && !later_data(i) && slot_written { closed_state() } else { None };
         if depth == Depth::Quick || (!full && later_data(i)) || at_close.is_some() {
             if let Some((fh, info)) = scan::read_footer_fast(&bytes, header.segment_len.get()) {
                 let first = header.first_record_seq.get();
@@ -609,6 +644,7 @@ pub fn scan_log_with(
         // The state at the segment's start, for a second walk if damage stops this one.
         let at_start = logical.clone();
         let mut w = Walker::new(header, logical.take());
+        w.zeros_from(written);
         let walked = &mut out.records_walked;
         let end = w.walk(&Window::whole(&bytes), &mut |r| {
             if r.offset >= visited_until {

@@ -179,8 +179,8 @@ pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
 }
 
 /// [`read_start`] for a file of `file_len` bytes of which `bytes` are the first. Unless `bytes`
-/// is the whole file, it must hold a segment header that is not all zero (a spare is judged on
-/// the whole file).
+/// is the whole file, it must hold a segment header that is not all zero, or every byte of the
+/// file past it must be zero (a spare is judged on the whole file).
 pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> Start {
     let damage = |kind, semantic: bool, header_ok: bool| {
         Start::Damage(RawDamage {
@@ -439,6 +439,9 @@ pub struct Walker {
     /// Where the zero rest of the data area starts, and how far it is checked (phase `Tail`).
     tail_start: usize,
     tail_at: usize,
+    /// Every byte of the file from here on is zero, as its storage reported
+    /// ([`Walker::zeros_from`]): the tail check does not read them.
+    zeros_from: usize,
     first_batch: bool,
     group_open: bool,
     phase: Phase,
@@ -472,6 +475,7 @@ impl Walker {
             batch_lsn: 0,
             tail_start: 0,
             tail_at: 0,
+            zeros_from: usize::MAX,
             first_batch: true,
             group_open: false,
             phase: Phase::Data,
@@ -483,6 +487,15 @@ impl Walker {
             footer: None,
             stop_at: None,
         }
+    }
+
+    /// Tells the walk that every byte of the file from `at` on reads as zero, because nothing
+    /// was ever written there ([`crate::storage::Storage::written_end`]): the check that the
+    /// rest of the data area and the footer slot are zero stops at `at` instead of reading
+    /// (and, through a map, faulting in) up to 64 MiB of reserved blocks that the kernel
+    /// would allocate and clear page by page.
+    pub fn zeros_from(&mut self, at: usize) {
+        self.zeros_from = at;
     }
 
     /// Resumes at the batch frame at `offset` (a footer index point) with `next_lsn` there.
@@ -557,7 +570,9 @@ impl Walker {
     fn read_tail<'a>(&mut self, win: &Window<'a>) -> Walked<'a> {
         let start = self.tail_start;
         let end = self.limit.min(win.file_len);
-        let upto = end.min(win.end());
+        // What lies past the file's written end is zero without being read.
+        let checked = end.min(self.zeros_from.max(self.tail_at));
+        let upto = checked.min(win.end());
         if self.tail_at < upto {
             if let Some(p) = first_nonzero(win.get(self.tail_at, upto).unwrap_or_default()) {
                 let at = start + ((self.tail_at + p - start) & !(ALIGN - 1));
@@ -568,10 +583,11 @@ impl Walker {
             }
             self.tail_at = upto;
         }
-        if self.tail_at < end {
+        if self.tail_at < checked {
             // Any next window will do: the rest is checked a window at a time.
             return Walked::NeedMore { from: self.tail_at as u64, end: self.tail_at as u64 + 1 };
         }
+        self.tail_at = self.tail_at.max(end);
         if win.file_len < self.limit {
             return Walked::Damage(self.damage(
                 DamageKind::ShortAtEof,
@@ -1005,8 +1021,10 @@ impl Walker {
             return Walked::NeedMore { from: at as u64, end: (at + FOOTER_SLOT_LEN) as u64 };
         }
         self.phase = Phase::Done;
+        // A slot past the written end is zero without being read (read through a map, its first
+        // byte would make the kernel read megabytes of zeros around it).
         let slot = win.get(at, at + FOOTER_SLOT_LEN).unwrap_or_default();
-        if is_zero(slot) {
+        if self.zeros_from <= at || is_zero(slot) {
             return Walked::End;
         }
         // The footer is its own write: damage in it is judged as a batch of its own.

@@ -242,6 +242,37 @@ fn fallocate(_f: &File, _how: Fallocate, _len: u64) -> io::Result<bool> {
     Ok(false)
 }
 
+/// The most data extents [`written_end`] follows before it gives up (answering the length).
+const MAX_EXTENTS: usize = 64;
+
+/// The end of the last extent of `f` (length `len`) that holds written data, by
+/// `SEEK_DATA`/`SEEK_HOLE`; `len` where the file system or the OS cannot say, or the file has
+/// more than [`MAX_EXTENTS`] of them. A file system may report data where there are only zeros
+/// (ext4 counts an unwritten block whose zero page is cached as data), never the reverse.
+#[cfg(target_os = "linux")]
+fn written_end(f: &File, len: u64) -> io::Result<u64> {
+    use rustix::fs::{seek, SeekFrom};
+    let mut end = 0;
+    for _ in 0..MAX_EXTENTS {
+        let data = match seek(f, SeekFrom::Data(end)) {
+            Ok(d) => d,
+            // No data at or after `end`.
+            Err(rustix::io::Errno::NXIO) => return Ok(end),
+            Err(_) => return Ok(len),
+        };
+        match seek(f, SeekFrom::Hole(data)) {
+            Ok(hole) if hole > data && hole < len => end = hole,
+            _ => return Ok(len),
+        }
+    }
+    Ok(len)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn written_end(_f: &File, len: u64) -> io::Result<u64> {
+    Ok(len)
+}
+
 impl Storage for FileStorage {
     fn list(&self) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
@@ -287,6 +318,11 @@ impl Storage for FileStorage {
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         pread_full(&*self.file(file)?, offset, buf)
+    }
+
+    fn written_end(&self, file: FileId) -> io::Result<u64> {
+        let f = self.file(file)?;
+        written_end(&f, f.metadata()?.len())
     }
 
     fn map(&self, file: FileId) -> io::Result<Mapping> {

@@ -61,6 +61,11 @@ macro_rules! forward_storage {
             self.$f.map(file)
         }
     };
+    (@one $f:ident written_end) => {
+        fn written_end(&self, file: $crate::storage::FileId) -> ::std::io::Result<u64> {
+            self.$f.written_end(file)
+        }
+    };
     (@one $f:ident scan_window) => {
         fn scan_window(&self) -> ::std::option::Option<usize> {
             self.$f.scan_window()

@@ -851,6 +851,17 @@ impl Storage for MemStorage {
         Ok(lock(&self.inner.state).nodes.get(&node).map_or(0, |n| n.live.len() as u64))
     }
 
+    /// As a file system that reports every block it holds no non-zero byte in as unwritten
+    /// (more than a real one does): the end of the last 512-byte sector with a non-zero byte.
+    /// So the simulated crashes exercise the readers that skip what is past it.
+    fn written_end(&self, file: FileId) -> io::Result<u64> {
+        let node = self.node(file)?;
+        let st = lock(&self.inner.state);
+        let live = st.nodes.get(&node).map(|n| n.live.as_slice()).unwrap_or_default();
+        let end = live.iter().rposition(|&b| b != 0).map_or(0, |i| (i + 1).next_multiple_of(512));
+        Ok(end.min(live.len()) as u64)
+    }
+
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         if let Some(e) = self.faults().call(Call::Read) {
             return Err(e);

@@ -125,6 +125,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     /// Maps the whole file read-only. The log never shrinks a file, so a map stays valid.
     fn map(&self, file: FileId) -> io::Result<Mapping>;
+    /// Where what was ever written to the file ends: every byte from the returned offset to
+    /// the end reads as zero because nothing was written there (a hole, or blocks reserved
+    /// with `fallocate` and never written, as the file system reports them). The file's
+    /// length when the storage cannot tell, the default. An open uses it to skip checking
+    /// zeros that reading would make the kernel allocate and clear page by page (a reserved
+    /// segment's unused rest, a spare), which cost more than the walk of the data itself.
+    fn written_end(&self, file: FileId) -> io::Result<u64> {
+        self.len(file)
+    }
     /// How a full scan should read a segment: `None` (the default) maps it whole; `Some(n)`
     /// streams it through one reused buffer with [`Storage::read_at`], about `n` bytes a read,
     /// walking each window while it is in the CPU's cache (a backend whose `map` copies).

@@ -1,0 +1,159 @@
+//! `Storage::written_end` on real files, and the open that uses it: the zeros past a reserved
+//! segment's data (and a reserved spare) are taken from the file system's word instead of read,
+//! while a byte written anywhere in them is still found.
+
+use std::os::unix::fs::FileExt;
+use wal::storage::{FileStorage, Storage};
+use wal::{CrcVerdict, Epoch, Options, SegmentFill, Wal};
+
+/// Larger than this machine's read-ahead (8 MiB for its disk), which maps in zero pages past
+/// the data the walk reads.
+const SEG: u32 = 32 << 20;
+const PAGE: usize = 4096;
+
+/// Whether the file system of `dir` reports unwritten reserved blocks (ext4, xfs, tmpfs do):
+/// where it does not, `written_end` is the length, which is always allowed.
+fn reports_holes(st: &FileStorage) -> bool {
+    st.prepare_file_reserved("probe", 1 << 20).unwrap();
+    let f = st.open("probe", false).unwrap();
+    let end = st.written_end(f).unwrap();
+    st.close(f);
+    st.remove("probe").unwrap();
+    end == 0
+}
+
+#[test]
+fn written_end_covers_every_written_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = FileStorage::new(dir.path(), true).unwrap();
+    let exact = reports_holes(&st);
+    let len = 1u64 << 20;
+    st.prepare_file_reserved("r", len).unwrap();
+    let path = dir.path().join("r");
+    let raw = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let f = st.open("r", false).unwrap();
+    let end = |st: &FileStorage| st.written_end(f).unwrap();
+    if exact {
+        assert_eq!(end(&st), 0, "a reserved file holds no data");
+    }
+    raw.write_all_at(&[7; 8], 8192).unwrap();
+    let e = end(&st);
+    assert!(e >= 8200 && e <= len, "{e}: the bytes at 8192..8200 are past it");
+    if exact {
+        assert!(e < len / 2, "{e}: the rest of the file was never written");
+    }
+    // Written once more, far out: the end follows it.
+    raw.write_all_at(&[9], 700_000).unwrap();
+    let e = end(&st);
+    assert!(e > 700_000, "{e}");
+    raw.write_all_at(&[1], len - 1).unwrap();
+    assert_eq!(end(&st), len);
+    st.close(f);
+    // Zeros written for real are data to every file system: nothing is skipped.
+    st.prepare_file("z", len).unwrap();
+    let f = st.open("z", false).unwrap();
+    assert_eq!(st.written_end(f).unwrap(), len);
+    st.close(f);
+}
+
+fn opts(create: bool) -> Options {
+    Options { segment_len_bytes: SEG, segment_fill: SegmentFill::Reserved, create, ..Options::default() }
+}
+
+/// A log of two segments, abandoned (a crash: no footer): the first (a log's first segment
+/// gets written zeros) full, the second (reserved) holding about 512 KiB. Returns the entries.
+fn small_log(dir: &std::path::Path) -> u64 {
+    let (mut log, _) = Wal::open(dir, opts(true)).unwrap();
+    let n = (SEG as u64 >> 16) + 8;
+    for i in 0..n {
+        log.append(Epoch(0), &vec![i as u8; 64 << 10]).unwrap();
+    }
+    log.sync().unwrap();
+    log.abandon();
+    n
+}
+
+/// The segment files, oldest first: the one holding the data, then any spare prepared for the
+/// next rotation.
+fn segments(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut segs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    segs.sort();
+    assert!(!segs.is_empty(), "no segment file");
+    segs
+}
+
+/// Pages of `path` in `range` (bytes) that are in the page cache.
+fn resident_pages(path: &std::path::Path, range: std::ops::Range<usize>) -> usize {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: a read-only map of a file nobody shrinks while the test looks at it.
+    let m = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    let mut vec = vec![0u8; m.len().div_ceil(PAGE)];
+    // SAFETY: `m` is a live mapping of `m.len()` bytes; `vec` has a byte per page of it.
+    let r = unsafe { libc::mincore(m.as_ptr() as *mut libc::c_void, m.len(), vec.as_mut_ptr()) };
+    assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec[range.start / PAGE..range.end / PAGE].iter().filter(|&&b| b & 1 != 0).count()
+}
+
+/// The open walks the data of the last segment and stops reading where the file system says
+/// nothing was written: the reserved rest of the segment (megabytes the kernel would allocate
+/// and clear page by page) never enters the page cache.
+#[test]
+fn an_open_does_not_read_the_reserved_rest_of_the_last_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = FileStorage::new(dir.path(), true).unwrap();
+    if !reports_holes(&st) {
+        eprintln!("this file system does not report unwritten blocks: nothing to show");
+        return;
+    }
+    drop(st);
+    let n = small_log(dir.path());
+    let segs = segments(dir.path());
+    assert!(segs.len() >= 2, "{segs:?}");
+    // The last data segment from 16 MiB on (far past its data and the read-ahead after it) to
+    // the footer slot, and every page of a spare.
+    let rest = (16 << 20)..(SEG as usize - 8192);
+    let ranges: Vec<_> = segs
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(i, p)| (p.clone(), if i == 1 { rest.clone() } else { 0..SEG as usize }))
+        .collect();
+    for (p, r) in &ranges {
+        assert_eq!(resident_pages(p, r.clone()), 0, "nothing read {} yet", p.display());
+    }
+    let (log, report) = Wal::open(dir.path(), opts(false)).unwrap();
+    assert_eq!(report.verdict, CrcVerdict::Ok, "{:?}", report.damage);
+    assert_eq!(log.replay().unwrap().collect_entries().unwrap().len() as u64, n);
+    for (p, r) in &ranges {
+        assert_eq!(resident_pages(p, r.clone()), 0, "the open read the reserved zeros of {}", p.display());
+    }
+    eprintln!("{} segment files, {} of them spares", segs.len(), segs.len() - 2);
+    log.close().unwrap();
+}
+
+/// One byte written deep in the reserved rest (a later batch a crash kept in part, or damage)
+/// is data to the file system, and the open finds it as it always did: bytes past the data with
+/// zero sectors before them are a torn later batch, cut.
+#[test]
+fn a_byte_written_in_the_reserved_rest_is_still_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = small_log(dir.path());
+    let seg = segments(dir.path()).remove(1);
+    let at = SEG as u64 / 2 + 1234;
+    std::fs::OpenOptions::new().write(true).open(&seg).unwrap().write_all_at(&[0x5a], at).unwrap();
+    let scan = wal::scan_log(&FileStorage::new(dir.path(), false).unwrap(), false).unwrap();
+    let d = scan.damage.expect("damage past the data");
+    assert_eq!((d.segment, d.offset), (2, at & !7), "{d}");
+    assert_eq!(scan.verdict, CrcVerdict::TornTail, "{d}");
+    let (log, report) = Wal::open(dir.path(), opts(false)).unwrap();
+    assert_eq!(report.verdict, CrcVerdict::TornTail);
+    assert_eq!(log.replay().unwrap().collect_entries().unwrap().len() as u64, n);
+    drop(log);
+    let mut b = [1u8];
+    std::fs::File::open(&seg).unwrap().read_exact_at(&mut b, at).unwrap();
+    assert_eq!(b, [0], "the cut zeroed the byte");
+}
