@@ -183,8 +183,26 @@ impl Payload {
 /// no waiter waits forever; after a resolution that is ignored.
 struct Slot(Arc<Inner>);
 
+impl Slot {
+    fn resolve_written(&self, lsn: Lsn) {
+        if !self.0.unobserved() {
+            self.0.resolve_written(lsn);
+        }
+    }
+
+    fn resolve(&self, outcome: Result<Lsn, Failure>) {
+        if !self.0.unobserved() {
+            self.0.resolve(outcome);
+        }
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
+        // Checked first: the failure's text is an allocation per entry otherwise.
+        if self.0.unobserved() || self.0.has_last_word() {
+            return;
+        }
         self.0.resolve(Err(Failure::Indeterminate(
             "the I/O thread stopped before resolving this entry".into(),
         )));
@@ -706,7 +724,7 @@ impl Io {
                 if let Some(why) = self.fenced() {
                     let entries = payload.entries();
                     self.shared.release(entries, payload.bytes());
-                    slot.0.resolve(Err(Failure::Indeterminate(why)));
+                    slot.resolve(Err(Failure::Indeterminate(why)));
                     return;
                 }
                 let (entries, bytes) = (payload.entries(), payload.bytes());
@@ -724,7 +742,7 @@ impl Io {
                         // it is staged, before its batch is even written (the kill -9 test sees it).
                         #[cfg(feature = "mutant-ack-before-write")]
                         if p.durability == Durability::Durable {
-                            p.slot.0.resolve(Ok(Lsn(lsn)));
+                            p.slot.resolve(Ok(Lsn(lsn)));
                         }
                         self.staged.push(p)
                     }
@@ -807,7 +825,7 @@ impl Io {
         let freed = written.fold((0, 0), |(e, b), p| (e + p.entries, b + p.bytes));
         self.shared.release(freed.0, freed.1);
         for p in pending.iter().filter(|p| p.durability == Durability::Written) {
-            p.slot.0.resolve_written(Lsn(p.lsn));
+            p.slot.resolve_written(Lsn(p.lsn));
         }
         let end_seq = self.wal.written_seq();
         self.flights.push_back(Flight {
@@ -870,7 +888,7 @@ impl Io {
         let bytes = done.iter().map(|f| f.held.1).sum();
         self.shared.release(entries, bytes);
         for p in done.into_iter().flat_map(|f| f.pending) {
-            p.slot.0.resolve(Ok(Lsn(p.lsn)));
+            p.slot.resolve(Ok(Lsn(p.lsn)));
         }
         true
     }
@@ -967,10 +985,10 @@ impl Io {
         for p in self.staged.drain(..) {
             entries += p.entries;
             bytes += p.bytes;
-            p.slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
+            p.slot.resolve(Err(Failure::Indeterminate(why.clone())));
         }
         for p in flights {
-            p.slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
+            p.slot.resolve(Err(Failure::Indeterminate(why.clone())));
         }
         self.staged_checkpoint = false;
         let mut untaken = 0;
@@ -980,7 +998,7 @@ impl Io {
                     entries += payload.entries();
                     bytes += payload.bytes();
                     untaken += payload.bytes();
-                    slot.0.resolve(Err(Failure::Indeterminate(why.clone())));
+                    slot.resolve(Err(Failure::Indeterminate(why.clone())));
                 }
                 Req::Checkpoint { .. } => {}
                 Req::Purge { reply, .. } => {

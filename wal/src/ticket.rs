@@ -129,6 +129,19 @@ impl Inner {
 
     /// The entry was handed to the OS (a `Written` entry's first word). Ignored once the
     /// ticket has an outcome.
+    /// True when nobody can ever learn the outcome: every [`Ticket`] for it was dropped (only
+    /// the I/O thread's `self` is left; nothing can clone it) and no completion channel waits
+    /// for it. Its resolutions are then skipped: a bulk load that drops its tickets would
+    /// otherwise pay two locks and a condition check per entry on the I/O thread.
+    pub(crate) fn unobserved(self: &Arc<Self>) -> bool {
+        self.notify.is_none() && Arc::strong_count(self) == 1
+    }
+
+    /// The last word was given (a later one is ignored).
+    pub(crate) fn has_last_word(&self) -> bool {
+        self.lock().last.is_some()
+    }
+
     pub(crate) fn resolve_written(&self, lsn: Lsn) {
         let (waker, blocked) = {
             let mut st = self.lock();

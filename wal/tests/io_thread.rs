@@ -264,6 +264,38 @@ fn one_completion_channel_collects_many_tickets_and_groups_resolve_whole() {
     assert_eq!(entries[4], (5, b"a".to_vec()));
 }
 
+/// A ticket dropped at once is not observed, and the I/O thread skips its resolution; its entry
+/// is logged all the same, and a dropped ticket that has a completion channel still reports
+/// through it (the channel is an observer).
+#[test]
+fn dropped_tickets_are_logged_and_still_report_to_their_channel() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut kept = Vec::new();
+    for i in 0..300u64 {
+        let notify = (i % 3 == 0).then(|| wal::Notify { tx: tx.clone(), tag: i });
+        let d = if i % 2 == 0 { Durability::Written } else { Durability::Durable };
+        let t = log.append_with(Epoch(0), wal::Payload::One(i.to_le_bytes().to_vec()), d, notify).unwrap();
+        if i % 10 == 9 {
+            kept.push((i, t));
+        }
+    }
+    for (i, t) in &kept {
+        assert_eq!(t.wait_durable().unwrap(), Lsn(i + 1));
+    }
+    // Entries with a channel: Written ones report written and then durable, Durable ones once.
+    let want: usize = (0..300u64).filter(|i| i % 3 == 0).map(|i| if i % 2 == 0 { 2 } else { 1 }).sum();
+    let got: Vec<wal::Completion> =
+        (0..want).map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap()).collect();
+    assert!(got.iter().all(|c| c.outcome == Ok(c.lsn) && c.lsn == Lsn(c.tag + 1)), "{got:?}");
+    log.close().unwrap();
+    assert!(rx.try_recv().is_err(), "no completion for an entry without a channel");
+    let entries = reopen(&st);
+    assert_eq!(entries.len(), 300);
+    assert!(entries.iter().enumerate().all(|(i, e)| e.0 == i as u64 + 1 && e.1 == (i as u64).to_le_bytes()));
+}
+
 /// DESIGN.md I5: appending only enqueues. With the sync of the entry's own batch held on the
 /// storage's sync thread, `append` still returns at once and its ticket stays unresolved until
 /// the sync completes. Bounded: an append that blocks fails the test after 5 s instead of
