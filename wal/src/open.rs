@@ -172,6 +172,7 @@ impl Wal {
             preparing: None,
             syncs_in_segment: None,
             reserve_segments: false,
+            bulk_writes: false,
             token: 0,
             closed: false,
             pipe: Default::default(),
