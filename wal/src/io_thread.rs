@@ -799,9 +799,6 @@ impl Io {
             return false;
         }
         let during_sync = self.wal.syncing();
-        // Nobody waits for the sync of a batch of Written entries only: written in pieces.
-        self.wal.bulk_writes =
-            !self.staged_checkpoint && self.staged.iter().all(|p| p.durability == Durability::Written);
         if let Err(e) = self.wal.flush() {
             if matches!(e, Error::DiskFull { .. }) && !self.wal.is_poisoned() {
                 // The log withdrew the batch on disk (zeroed and synced): its entries are not

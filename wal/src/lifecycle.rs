@@ -41,12 +41,8 @@ pub(crate) fn init(storage: &dyn Storage, segment_len: u32, log_id: Option<[u8; 
 pub(crate) fn replace_meta(storage: &dyn Storage, meta: &MetaFile) -> std::io::Result<()> {
     let _ = storage.remove(META_TMP_NAME);
     let f = storage.open(META_TMP_NAME, true)?;
-    let r = storage::complete(
-        storage,
-        10,
-        Op::Write { file: f, offset: 0, data: meta.as_bytes().to_vec(), bulk: false },
-    )
-    .and_then(|_| storage::complete(storage, 11, Op::SyncData { file: f }));
+    let r = storage::complete(storage, 10, Op::Write { file: f, offset: 0, data: meta.as_bytes().to_vec() })
+        .and_then(|_| storage::complete(storage, 11, Op::SyncData { file: f }));
     storage.close(f);
     r?;
     storage.rename(META_TMP_NAME, META_FILE_NAME)?;
@@ -78,7 +74,7 @@ pub(crate) fn write_close_state(
     data.extend_from_slice(&crc32c::crc32c(&data).to_le_bytes());
     let _ = storage.remove(CLOSE_TMP_NAME);
     let f = storage.open(CLOSE_TMP_NAME, true)?;
-    let r = storage::complete(storage, 13, Op::Write { file: f, offset: 0, data, bulk: false })
+    let r = storage::complete(storage, 13, Op::Write { file: f, offset: 0, data })
         .and_then(|_| storage::complete(storage, 14, Op::SyncData { file: f }));
     storage.close(f);
     r?;
@@ -174,7 +170,7 @@ pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
         r = storage::complete(
             storage,
             4,
-            Op::Write { file: f, offset: from as u64, data: vec![0; end - from], bulk: false },
+            Op::Write { file: f, offset: from as u64, data: vec![0; end - from] },
         )
         .and_then(|_| storage::complete(storage, 5, Op::SyncData { file: f }));
     }

@@ -270,9 +270,6 @@ pub struct Wal {
     pub(crate) syncs_in_segment: Option<u64>,
     /// Whether new segment files are reserved rather than written (see [`SegmentFill`]).
     pub(crate) reserve_segments: bool,
-    /// The next batch is a bulk write (`Op::Write::bulk`): set by the I/O thread for a batch
-    /// of `Written` entries only, whose sync nobody waits for.
-    pub(crate) bulk_writes: bool,
     pub(crate) token: u64,
     pub(crate) closed: bool,
     pub(crate) pipe: Pipelined,
@@ -879,7 +876,7 @@ impl Wal {
         let returned = match storage::complete_keeping(
             &*self.storage,
             self.token,
-            Op::Write { file, offset: write_off, data: buf, bulk: self.bulk_writes },
+            Op::Write { file, offset: write_off, data: buf },
             &mut self.pipe.stash,
         ) {
             Ok((_, b)) => b,
@@ -941,7 +938,7 @@ impl Wal {
             return e;
         }
         let zeroed = self
-            .run(Op::Write { file, offset: off, data: vec![0; len as usize], bulk: false })
+            .run(Op::Write { file, offset: off, data: vec![0; len as usize] })
             .and_then(|_| self.run(Op::SyncData { file }));
         if let Err(e2) = zeroed {
             self.poisoned = Some(format!("withdrawing a batch after disk full failed: {e2}"));
@@ -1035,9 +1032,8 @@ impl Wal {
         let mut rec = Vec::with_capacity(record_len(payload.len()));
         let footer_crc = batch::encode_record(h, self.next_seq, self.last_crc, &payload, &mut rec);
         let at = footer_offset(header_len) as u64;
-        let r = self
-            .run(Op::Write { file, offset: at, data: rec, bulk: false })
-            .and_then(|_| self.run(Op::SyncData { file }));
+        let r =
+            self.run(Op::Write { file, offset: at, data: rec }).and_then(|_| self.run(Op::SyncData { file }));
         if let Err(e) = r {
             let err = self.fail_io("writing a footer", e);
             if self.poisoned.is_none() {

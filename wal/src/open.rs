@@ -172,7 +172,6 @@ impl Wal {
             preparing: None,
             syncs_in_segment: None,
             reserve_segments: false,
-            bulk_writes: false,
             token: 0,
             closed: false,
             pipe: Default::default(),

@@ -112,11 +112,7 @@ fn a_sync_submitted_over_an_unreaped_write_may_not_cover_it() {
             fl.seed = Some(seed);
             fl.defer = true;
         }
-        st.submit(Submission {
-            token: 2,
-            op: Op::Write { file: f, offset: 0, data: vec![7; 512], bulk: false },
-        })
-        .unwrap();
+        st.submit(Submission { token: 2, op: Op::Write { file: f, offset: 0, data: vec![7; 512] } }).unwrap();
         st.submit(Submission { token: 3, op: Op::SyncData { file: f } }).unwrap();
         let mut done: Vec<Completion> = Vec::new();
         while done.len() < 2 {
@@ -137,7 +133,7 @@ fn a_sync_submitted_over_an_unreaped_write_may_not_cover_it() {
 fn close_never_syncs_and_unsynced_names_roll_back() {
     let st = MemStorage::new();
     let a = file(&st, "a");
-    run(&st, 1, Op::Write { file: a, offset: 0, data: vec![1; 100], bulk: false }).unwrap();
+    run(&st, 1, Op::Write { file: a, offset: 0, data: vec![1; 100] }).unwrap();
     st.close(a);
     assert!(st.state().crash(|_, _| SectorFate::New).state().file_names().is_empty(), "create survived");
     run(&st, 2, Op::SyncDir).unwrap();
@@ -162,7 +158,7 @@ fn a_failed_fdatasync_keeps_the_data_visible_and_a_later_sync_succeeds_without_i
     run(&st, 1, Op::SyncDir).unwrap();
     st.faults().fail_sync_from = Some(0);
     st.faults().fail_sync_until = Some(1);
-    run(&st, 2, Op::Write { file: f, offset: 0, data: vec![9; 1024], bulk: false }).unwrap();
+    run(&st, 2, Op::Write { file: f, offset: 0, data: vec![9; 1024] }).unwrap();
     assert!(run(&st, 3, Op::SyncData { file: f }).is_err());
     let mut buf = [0u8; 1024];
     assert_eq!(st.read_at(f, 0, &mut buf).unwrap(), 1024);

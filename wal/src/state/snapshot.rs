@@ -117,7 +117,7 @@ pub fn write_snapshot<S: StateMachine>(
         storage.remove(&tmp).map_err(|e| Error::io(format!("removing a stale {tmp}"), e))?;
     }
     let file = storage.open(&tmp, true).map_err(|e| Error::io(format!("creating {tmp}"), e))?;
-    let written = complete(storage, 1, Op::Write { file, offset: 0, data: bytes, bulk: false })
+    let written = complete(storage, 1, Op::Write { file, offset: 0, data: bytes })
         .and_then(|_| complete(storage, 2, Op::SyncData { file }));
     storage.close(file);
     written.map_err(|e| Error::io(format!("writing {tmp}"), e))?;

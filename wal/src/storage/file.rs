@@ -15,38 +15,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// Zero-fill writes go out in chunks of this size.
 const ZERO_CHUNK: usize = 1 << 20;
 
-/// The most bytes one `pwrite` of a bulk write (`Op::Write { bulk: true }`: a batch of
-/// `Written` entries whose sync nobody waits for) carries. The page cache sizes its folios by
-/// the write (ext4 has large folios since Linux 6.16). On the machines measured, VMs whose
-/// balloon hands free memory back to the host (free page reporting), a 1 MiB folio comes from
-/// memory the host must fault in again page by page, while small ones are recycled hot by the
-/// kernel: `bulk-1k` (1 GiB of 1 KiB entries) ran at 410 or 830 MiB/s from round to round in
-/// whole 1 MiB batches and at 755-775 MiB/s in every round in 64 KiB pieces (32 KiB pieces:
-/// 683-746, 16 KiB: 582-690). A write whose sync is waited for goes whole: its sync is faster
-/// over large folios (`pipelined-1m`, 1 MiB durable entries: 0.94x the raw loop whole, 0.87x
-/// in 64 KiB pieces).
-const WRITE_PIECE: usize = 64 << 10;
-
-/// `pwrite` of `data` at `offset` in pieces of [`WRITE_PIECE`]: the bytes written, fewer than
-/// `data.len()` when a piece was short or failed after earlier ones were written (a short
-/// write, which the caller resubmits; the error, if it persists, comes then).
-fn write_pieces(f: &File, data: &[u8], offset: u64) -> io::Result<usize> {
-    let mut done = 0;
-    for piece in data.chunks(WRITE_PIECE) {
-        match f.write_at(piece, offset + done as u64) {
-            Ok(n) => {
-                done += n;
-                if n < piece.len() {
-                    break;
-                }
-            }
-            Err(e) if done == 0 => return Err(e),
-            Err(_) => break,
-        }
-    }
-    Ok(done)
-}
-
 /// Reads from `offset` until `buf` is full or the file ends (pread, retried on EINTR); returns
 /// the bytes read.
 pub fn pread_full(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
@@ -126,11 +94,8 @@ impl FileStorage {
 
     fn run(&self, op: Op) -> (io::Result<u64>, Option<Vec<u8>>) {
         match op {
-            Op::Write { file, offset, data, bulk } => {
-                let r = self.file(file).and_then(|f| {
-                    let n = if bulk { write_pieces(&f, &data, offset)? } else { f.write_at(&data, offset)? };
-                    Ok(n as u64)
-                });
+            Op::Write { file, offset, data } => {
+                let r = self.file(file).and_then(|f| f.write_at(&data, offset).map(|n| n as u64));
                 (r, Some(data))
             }
             Op::SyncData { file } => (self.file(file).and_then(|f| f.sync_data()).map(|()| 0), None),

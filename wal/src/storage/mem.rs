@@ -541,7 +541,7 @@ impl MemStorage {
     /// Runs one operation now.
     fn execute(&self, op: Op) -> (io::Result<u64>, Option<Vec<u8>>) {
         match op {
-            Op::Write { file, offset, data, .. } => (self.write(file, offset, &data), Some(data)),
+            Op::Write { file, offset, data } => (self.write(file, offset, &data), Some(data)),
             Op::SyncData { file } => (self.sync_data(file), None),
             Op::SyncDir => (self.sync_dir(), None),
             Op::ZeroFill { file, len } => (self.zero_fill(file, len), None),

@@ -44,12 +44,7 @@ pub type FileId = u64;
 #[derive(Debug)]
 pub enum Op {
     /// Write `data` at `offset`. The completion carries the bytes written, which may be fewer.
-    /// `bulk`: nobody waits for this write's sync (a batch of `Written` entries only), so a
-    /// backend may trade the sync's speed for the write's ([`FileStorage`] writes it in
-    /// pieces: see `WRITE_PIECE` in `storage/file.rs`).
-    ///
-    /// [`FileStorage`]: crate::storage::FileStorage
-    Write { file: FileId, offset: u64, data: Vec<u8>, bulk: bool },
+    Write { file: FileId, offset: u64, data: Vec<u8> },
     /// `fdatasync`: durable are exactly the writes whose completions were reaped before submission.
     SyncData { file: FileId },
     /// fsync of the log directory: makes created, renamed and removed names durable.
@@ -224,9 +219,9 @@ pub fn complete_keeping(
     op: Op,
     others: &mut Vec<Completion>,
 ) -> io::Result<(u64, Option<Vec<u8>>)> {
-    let (mut target, bulk) = match &op {
-        Op::Write { file, offset, bulk, .. } => (Some((*file, *offset)), *bulk),
-        _ => (None, false),
+    let mut target = match &op {
+        Op::Write { file, offset, .. } => Some((*file, *offset)),
+        _ => None,
     };
     let mut op = op;
     let mut written = 0u64;
@@ -251,7 +246,7 @@ pub fn complete_keeping(
         // Short write: resubmit exactly the bytes that were not written.
         buf.drain(..n as usize);
         target = Some((file, offset + n));
-        op = Op::Write { file, offset: offset + n, data: buf, bulk };
+        op = Op::Write { file, offset: offset + n, data: buf };
     }
 }
 

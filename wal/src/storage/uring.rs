@@ -339,9 +339,7 @@ impl Storage for UringStorage {
 
     fn submit(&self, sub: Submission) -> io::Result<()> {
         let kind = match sub.op {
-            Op::Write { file, offset, data, .. } if !self.inline_writes => {
-                (file, Kind::Write { offset, data })
-            }
+            Op::Write { file, offset, data } if !self.inline_writes => (file, Kind::Write { offset, data }),
             Op::SyncData { file } => (file, Kind::SyncData),
             other => {
                 // Zero-fill and directory sync are not on the append path (nor, with inline
@@ -434,8 +432,7 @@ mod tests {
     fn write_all(st: &UringStorage, f: FileId, n: u64) {
         for i in 0..n {
             let data = vec![i as u8 ^ 0xa5; 512];
-            st.submit(Submission { token: i, op: Op::Write { file: f, offset: i * 512, data, bulk: false } })
-                .unwrap();
+            st.submit(Submission { token: i, op: Op::Write { file: f, offset: i * 512, data } }).unwrap();
         }
         let mut got = Vec::new();
         while (got.len() as u64) < n {
@@ -472,11 +469,7 @@ mod tests {
     fn a_real_write_error_is_reported_not_resubmitted() {
         let (_d, st, f) = storage(RING_ENTRIES);
         st.ring().inject.cqe = [5].into(); // EIO
-        st.submit(Submission {
-            token: 1,
-            op: Op::Write { file: f, offset: 0, data: vec![1; 512], bulk: false },
-        })
-        .unwrap();
+        st.submit(Submission { token: 1, op: Op::Write { file: f, offset: 0, data: vec![1; 512] } }).unwrap();
         let mut got = Vec::new();
         st.reap(&mut got, true).unwrap();
         assert_eq!(got.len(), 1);
