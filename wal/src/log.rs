@@ -754,6 +754,9 @@ impl Wal {
         };
         self.token += 1;
         let token = self.token;
+        // Taken before the submission: a backend that syncs inside `submit` (pwrite +
+        // fdatasync) has finished the sync when it returns.
+        let started = Instant::now();
         if let Err(e) = self.storage.submit(Submission { token, op: Op::SyncData { file } }) {
             return Err(self.fail_sync(e));
         }
@@ -762,7 +765,7 @@ impl Wal {
             seq: self.written_seq,
             logical: self.written_logical.clone(),
             end: self.written_end(),
-            started: Instant::now(),
+            started,
         });
         Ok(true)
     }

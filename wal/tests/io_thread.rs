@@ -264,6 +264,48 @@ fn one_completion_channel_collects_many_tickets_and_groups_resolve_whole() {
     assert_eq!(entries[4], (5, b"a".to_vec()));
 }
 
+/// A storage whose fdatasync takes at least 30 ms, inside `submit` as the portable backend's
+/// does.
+#[derive(Debug)]
+struct SlowSync {
+    inner: MemStorage,
+}
+
+impl wal::storage::Storage for SlowSync {
+    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, map, written_end,
+        scan_window, reap, lock, prepare_file, prepare_file_reserved, recycle_file,
+        recycle_file_reserved, concurrent_wait, wait);
+
+    fn submit(&self, sub: wal::storage::Submission) -> std::io::Result<()> {
+        if matches!(sub.op, wal::storage::Op::SyncData { .. }) {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        self.inner.submit(sub)
+    }
+}
+
+/// The sync latency histogram and the slow-sync count measure the fdatasync itself, also on a
+/// backend that runs it inside `submit` (they measured from after the submission, about 1 us).
+#[test]
+fn sync_latency_counts_a_sync_run_inside_submit() {
+    let st = Arc::new(SlowSync { inner: MemStorage::new() });
+    let (log, _) = Wal::open_with(
+        st,
+        Options { segment_len_bytes: SEG, prepare_in_background: false, ..Options::default() },
+    )
+    .unwrap();
+    let opts = AsyncOptions { slow_sync: Duration::from_millis(10), ..AsyncOptions::default() };
+    let log = AsyncWal::start(log, opts).unwrap();
+    for i in 0..3u8 {
+        log.append(Epoch(0), vec![i; 100], Durability::Durable).unwrap().wait().unwrap();
+    }
+    let s = log.stats();
+    assert!(s.syncs >= 3, "{s:?}");
+    assert!(s.sync_latency_us.quantile(0.5) >= 30_000, "p50 {} us", s.sync_latency_us.quantile(0.5));
+    assert!(s.slow_syncs >= 3, "{s:?}");
+    log.close().unwrap();
+}
+
 /// A ticket dropped at once is not observed, and the I/O thread skips its resolution; its entry
 /// is logged all the same, and a dropped ticket that has a completion channel still reports
 /// through it (the channel is an observer).
