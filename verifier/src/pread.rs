@@ -108,6 +108,12 @@ impl Storage for ReadOnlyDir {
         self.with(file, |f, _| wal::storage::pread_full(f, offset, buf))
     }
 
+    /// As the writer's storage says it (`SEEK_DATA`/`SEEK_HOLE`): a scan then skips a reserved
+    /// segment's unused rest and a reserved spare instead of reading megabytes of zeros.
+    fn written_end(&self, file: FileId) -> io::Result<u64> {
+        self.with(file, |f, _| wal::storage::written_end(f, f.metadata()?.len()))
+    }
+
     /// Reads the whole file with pread: memory is one segment, never the log. A full scan reads
     /// segments in windows instead ([`Storage::scan_window`]); this serves the rest (a damaged
     /// segment's classification, the whole-file checks of an unusual file).

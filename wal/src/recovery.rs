@@ -271,6 +271,11 @@ fn walk_file(
 ) -> std::io::Result<Windowed> {
     let redo = |w: Option<&Walker>| Ok(Windowed::Redo { visited_until: w.map_or(0, |w| w.offset()) });
     let file_len = storage.len(f)? as usize;
+    // Past it every byte is zero: not read (see `map_segment_written`).
+    let written = usize::try_from(storage.written_end(f)?).unwrap_or(usize::MAX).min(file_len);
+    if written == 0 {
+        return Ok(Windowed::Spare);
+    }
     let window = window.next_multiple_of(READ_ALIGN).max(READ_ALIGN);
     let mut base = 0usize;
     let mut len = window.min(file_len);
@@ -288,7 +293,7 @@ fn walk_file(
                 return redo(None);
             }
             base += len;
-            if base >= file_len {
+            if base >= written {
                 return Ok(Windowed::Spare);
             }
             len = window.min(file_len - base);
@@ -302,6 +307,7 @@ fn walk_file(
         _ => return redo(None),
     };
     let mut w = Walker::new(header, logical);
+    w.zeros_from(written);
     // The batch frames this walk accepted, one bit per sector (batches start on a sector, the
     // first right after the segment header): a footer's index point that names one needs no
     // read. The frame checked out with the same bytes and its batch ended before the footer's

@@ -1017,14 +1017,18 @@ impl Walker {
 
     fn read_footer<'a>(&mut self, win: &Window<'a>) -> Walked<'a> {
         let at = self.limit;
+        // A slot past the written end is zero without being read (read through a map, its first
+        // byte would make the kernel read megabytes of zeros around it).
+        if self.zeros_from <= at {
+            self.phase = Phase::Done;
+            return Walked::End;
+        }
         if !win.covers(at + FOOTER_SLOT_LEN) {
             return Walked::NeedMore { from: at as u64, end: (at + FOOTER_SLOT_LEN) as u64 };
         }
         self.phase = Phase::Done;
-        // A slot past the written end is zero without being read (read through a map, its first
-        // byte would make the kernel read megabytes of zeros around it).
         let slot = win.get(at, at + FOOTER_SLOT_LEN).unwrap_or_default();
-        if self.zeros_from <= at || is_zero(slot) {
+        if is_zero(slot) {
             return Walked::End;
         }
         // The footer is its own write: damage in it is judged as a batch of its own.

@@ -250,7 +250,7 @@ const MAX_EXTENTS: usize = 64;
 /// more than [`MAX_EXTENTS`] of them. A file system may report data where there are only zeros
 /// (ext4 counts an unwritten block whose zero page is cached as data), never the reverse.
 #[cfg(target_os = "linux")]
-fn written_end(f: &File, len: u64) -> io::Result<u64> {
+pub fn written_end(f: &File, len: u64) -> io::Result<u64> {
     use rustix::fs::{seek, SeekFrom};
     let mut end = 0;
     for _ in 0..MAX_EXTENTS {
@@ -269,7 +269,7 @@ fn written_end(f: &File, len: u64) -> io::Result<u64> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn written_end(_f: &File, len: u64) -> io::Result<u64> {
+pub fn written_end(_f: &File, len: u64) -> io::Result<u64> {
     Ok(len)
 }
 

@@ -25,7 +25,7 @@ mod mem;
 mod uring;
 
 pub use bell::Bell;
-pub use file::{lock_patiently, pread_full, FileStorage, LOCK_PATIENCE};
+pub use file::{lock_patiently, pread_full, written_end, FileStorage, LOCK_PATIENCE};
 pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, HeldSync, MemState, MemStorage, SectorFate};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
