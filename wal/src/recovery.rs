@@ -127,9 +127,7 @@ pub(crate) fn only_blank_segments(storage: &dyn Storage, seqs: &[u64]) -> Result
 /// A segment's header and footer slot at their offsets in a zero buffer of the file's length
 /// (a quick check reads nothing else).
 fn read_ends(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
-    let name = segment_file_name(seq);
-    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
-    let r = (|| {
+    let buf = on_segment(storage, seq, "reading", |f| {
         let len = storage.len(f)? as usize;
         let mut buf = vec![0u8; len];
         let head = len.min(SEGMENT_HEADER_LEN);
@@ -138,34 +136,44 @@ fn read_ends(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
             let at = len - FOOTER_SLOT_LEN;
             storage.read_at(f, at as u64, buf.get_mut(at..).unwrap_or_default())?;
         }
-        Ok::<_, std::io::Error>(buf)
-    })();
-    storage.close(f);
-    let buf = r.map_err(|e| Error::io(format!("reading {name}"), e))?;
+        Ok(buf)
+    })?;
     Ok(Mapping::Bytes(buf.into()))
+}
+
+/// Opens segment `seq`, runs `op` on it and closes it; an error of `op` is reported as
+/// "`doing` {file name}".
+fn on_segment<T>(
+    storage: &dyn Storage,
+    seq: u64,
+    doing: &str,
+    op: impl FnOnce(FileId) -> std::io::Result<T>,
+) -> Result<T> {
+    let name = segment_file_name(seq);
+    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let r = op(f);
+    storage.close(f);
+    r.map_err(|e| Error::io(format!("{doing} {name}"), e))
 }
 
 /// Maps a segment file by sequence.
 pub(crate) fn map_segment(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
-    let name = segment_file_name(seq);
-    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
-    let m = storage.map(f);
-    storage.close(f);
-    m.map_err(|e| Error::io(format!("mapping {name}"), e))
+    on_segment(storage, seq, "mapping", |f| storage.map(f))
 }
 
-/// [`map_segment`], and where the segment's written bytes end
-/// ([`Storage::written_end`], at most the map's length): every byte of the map past it is zero.
+/// [`map_segment`], and where the segment's written bytes end ([`written_within`]): every
+/// byte of the map past it is zero.
 pub(crate) fn map_segment_written(storage: &dyn Storage, seq: u64) -> Result<(Mapping, usize)> {
-    let name = segment_file_name(seq);
-    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
-    let m = storage.map(f);
-    let written = storage.written_end(f);
-    storage.close(f);
-    let m = m.map_err(|e| Error::io(format!("mapping {name}"), e))?;
-    let written = written.map_err(|e| Error::io(format!("finding the data of {name}"), e))?;
-    let written = usize::try_from(written).unwrap_or(usize::MAX).min(m.len());
-    Ok((m, written))
+    on_segment(storage, seq, "mapping", |f| {
+        let m = storage.map(f)?;
+        let written = written_within(storage, f, m.len())?;
+        Ok((m, written))
+    })
+}
+
+/// [`Storage::written_end`] of `f`, at most `len` (the bytes at hand).
+fn written_within(storage: &dyn Storage, f: FileId, len: usize) -> std::io::Result<usize> {
+    Ok(usize::try_from(storage.written_end(f)?).unwrap_or(usize::MAX).min(len))
 }
 
 /// A segment's header when it checks out on its own (magic and checksum; whether it fits the
@@ -174,21 +182,14 @@ pub(crate) fn map_segment_written(storage: &dyn Storage, seq: u64) -> Result<(Ma
 /// A file nothing was written to (a reserved spare) is not read: a read would put zero pages
 /// in the page cache, which some file systems (ext4) then report as written data.
 fn valid_header(storage: &dyn Storage, seq: u64) -> Result<Option<SegmentHeader>> {
-    let name = segment_file_name(seq);
-    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
-    if storage.written_end(f).is_ok_and(|end| end == 0) {
-        storage.close(f);
-        return Ok(None);
-    }
-    let mut b = [0u8; SEGMENT_HEADER_LEN];
-    let n = storage.read_at(f, 0, &mut b);
-    storage.close(f);
-    let n = n.map_err(|e| Error::io(format!("reading {name}"), e))?;
-    if n != SEGMENT_HEADER_LEN {
-        return Ok(None);
-    }
-    Ok(SegmentHeader::read_from_bytes(&b)
-        .ok()
+    let b = on_segment(storage, seq, "reading", |f| {
+        if storage.written_end(f).is_ok_and(|end| end == 0) {
+            return Ok(None);
+        }
+        let mut b = [0u8; SEGMENT_HEADER_LEN];
+        Ok((storage.read_at(f, 0, &mut b)? == SEGMENT_HEADER_LEN).then_some(b))
+    })?;
+    Ok(b.and_then(|b| SegmentHeader::read_from_bytes(&b).ok())
         .filter(|h| h.magic == SEGMENT_MAGIC && h.header_crc.get() == h.compute_crc()))
 }
 
@@ -240,11 +241,7 @@ fn walk_windowed(
     buf: &mut Vec<u8>,
     visit: &mut impl FnMut(&Rec<'_>),
 ) -> Result<Windowed> {
-    let name = segment_file_name(seq);
-    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
-    let r = walk_file(storage, f, expect, logical, window, buf, visit);
-    storage.close(f);
-    r.map_err(|e| Error::io(format!("reading {name}"), e))
+    on_segment(storage, seq, "reading", |f| walk_file(storage, f, expect, logical, window, buf, visit))
 }
 
 /// Reads `len` bytes at `at` into the front of `buf` (grown if needed): false when the file
@@ -272,7 +269,7 @@ fn walk_file(
     let redo = |w: Option<&Walker>| Ok(Windowed::Redo { visited_until: w.map_or(0, |w| w.offset()) });
     let file_len = storage.len(f)? as usize;
     // Past it every byte is zero: not read (see `map_segment_written`).
-    let written = usize::try_from(storage.written_end(f)?).unwrap_or(usize::MAX).min(file_len);
+    let written = written_within(storage, f, file_len)?;
     if written == 0 {
         return Ok(Windowed::Spare);
     }

@@ -127,8 +127,6 @@ impl Inner {
         st
     }
 
-    /// The entry was handed to the OS (a `Written` entry's first word). Ignored once the
-    /// ticket has an outcome.
     /// True when nobody can ever learn the outcome: every [`Ticket`] for it was dropped (only
     /// the I/O thread's `self` is left; nothing can clone it) and no completion channel waits
     /// for it. Its resolutions are then skipped: a bulk load that drops its tickets would
@@ -142,6 +140,8 @@ impl Inner {
         self.lock().last.is_some()
     }
 
+    /// The entry was handed to the OS (a `Written` entry's first word). Ignored once the
+    /// ticket has an outcome.
     pub(crate) fn resolve_written(&self, lsn: Lsn) {
         let (waker, blocked) = {
             let mut st = self.lock();

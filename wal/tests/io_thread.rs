@@ -17,6 +17,14 @@ fn start(st: &MemStorage, opts: AsyncOptions) -> AsyncWal {
     AsyncWal::start(wal, opts).unwrap()
 }
 
+/// A log on `st` that prepares its next segment on the appending thread: the only syncs are
+/// the batches' own (a test that holds or times a sync holds or times one of those).
+fn open_unprepared(st: Arc<dyn wal::storage::Storage>) -> Wal {
+    Wal::open_with(st, Options { segment_len_bytes: SEG, prepare_in_background: false, ..Options::default() })
+        .unwrap()
+        .0
+}
+
 fn reopen(st: &MemStorage) -> Vec<(u64, Vec<u8>)> {
     let (wal, _) =
         Wal::open_with(Arc::new(st.clone()), Options { segment_len_bytes: SEG, ..Options::default() })
@@ -163,11 +171,7 @@ fn a_full_queue_answers_busy_when_asked_not_to_wait() {
 fn a_written_entry_frees_its_queue_place_once_written() {
     let st = MemStorage::new();
     st.set_sync_thread(true).unwrap();
-    let (wal, _) = Wal::open_with(
-        Arc::new(st.clone()),
-        Options { segment_len_bytes: SEG, prepare_in_background: false, ..Options::default() },
-    )
-    .unwrap();
+    let wal = open_unprepared(Arc::new(st.clone()));
     // Every append written at once, also while a sync is in flight.
     let opts = AsyncOptions {
         queue_entries: 2,
@@ -289,11 +293,7 @@ impl wal::storage::Storage for SlowSync {
 #[test]
 fn sync_latency_counts_a_sync_run_inside_submit() {
     let st = Arc::new(SlowSync { inner: MemStorage::new() });
-    let (log, _) = Wal::open_with(
-        st,
-        Options { segment_len_bytes: SEG, prepare_in_background: false, ..Options::default() },
-    )
-    .unwrap();
+    let log = open_unprepared(st);
     let opts = AsyncOptions { slow_sync: Duration::from_millis(10), ..AsyncOptions::default() };
     let log = AsyncWal::start(log, opts).unwrap();
     for i in 0..3u8 {
@@ -346,12 +346,7 @@ fn dropped_tickets_are_logged_and_still_report_to_their_channel() {
 fn append_returns_while_the_sync_of_its_own_batch_is_held() {
     let st = MemStorage::new();
     st.set_sync_thread(true).unwrap();
-    // No background segment preparation: its syncs would be the held ones.
-    let (wal, _) = Wal::open_with(
-        Arc::new(st.clone()),
-        Options { segment_len_bytes: SEG, prepare_in_background: false, ..Options::default() },
-    )
-    .unwrap();
+    let wal = open_unprepared(Arc::new(st.clone()));
     let log = Arc::new(AsyncWal::start(wal, AsyncOptions::default()).unwrap());
     // Released on any exit, so a failed assertion cannot leave the appender or the close waiting.
     let release = st.hold_next_sync();
