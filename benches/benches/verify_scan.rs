@@ -140,7 +140,7 @@ struct PooledPread {
 }
 
 impl Storage for PooledPread {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, submit, reap, lock, prepare_file, recycle_file, recycle_file_reserved);
+    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, submit, reap, lock, prepare_file, recycle_file);
 
     fn map(&self, file: FileId) -> io::Result<Mapping> {
         let len = self.inner.len(file)? as usize;

@@ -28,7 +28,8 @@
 
 use crate::error::CrcVerdict;
 use crate::format::*;
-use crate::scan::{decode, RawDamage};
+use crate::scan::{decode, segment_len_of, RawDamage};
+use crate::stale::{end_of_nonblank, is_blank, StaleTable};
 use zerocopy::FromBytes;
 
 /// Index of the first non-zero byte.
@@ -112,17 +113,45 @@ pub fn zero_sector_in(bytes: &[u8], start: u64, end: u64) -> bool {
     (first..last).any(|s| bytes.get(s * SECTOR..(s + 1) * SECTOR).is_some_and(is_zero))
 }
 
-/// Classifies raw damage in a segment's bytes; `later_segment` says a later segment holds data.
-pub fn classify(bytes: &[u8], d: &RawDamage, later_segment: bool) -> CrcVerdict {
+/// Is a blank sector (all zero, or in a recycled segment its old contents: [`crate::stale`])
+/// inside `[start, end)` (whole sectors of the file only)?
+pub fn blank_sector_in(bytes: &[u8], start: u64, end: u64, stale: Option<&StaleTable>) -> bool {
+    let Some(t) = stale else { return zero_sector_in(bytes, start, end) };
+    let first = start as usize / SECTOR;
+    let last = (end as usize).div_ceil(SECTOR);
+    (first..last)
+        .any(|s| bytes.get(s * SECTOR..(s + 1) * SECTOR).is_some_and(|b| is_blank(Some(t), s * SECTOR, b)))
+}
+
+/// Classifies raw damage in a segment's bytes; `later_segment` says a later segment holds data;
+/// `stale` is the segment's stale table if it was recycled ([`crate::scan::stale_of`]).
+pub fn classify(bytes: &[u8], d: &RawDamage, later_segment: bool, stale: Option<&StaleTable>) -> CrcVerdict {
     let attested = later_segment || attested_later(bytes, d.offset, d.seq);
     let extent_end = {
-        let nz =
-            d.batch_start as usize + end_of_nonzero(bytes.get(d.batch_start as usize..).unwrap_or_default());
+        let from = d.batch_start as usize;
+        // The damaged batch reaches at least as far as its last sector that is not blank. In a
+        // recycled segment only its data area is searched: the table after it is not blank.
+        let nz = match (stale, segment_len_of(bytes.len())) {
+            (Some(t), Some(len)) => {
+                let base = from - from % SECTOR;
+                let limit = crate::stale::table_offset(len).max(base);
+                end_of_nonblank(Some(t), bytes.get(base..limit).unwrap_or_default(), base)
+            }
+            _ => from + end_of_nonzero(bytes.get(from..).unwrap_or_default()),
+        };
         let declared = d.declared_end.unwrap_or(0) as usize;
         nz.max(declared).max(d.offset as usize + 1).min(bytes.len())
     };
-    let zero = zero_sector_in(bytes, d.batch_start, extent_end as u64);
-    decide(d.header_ok, d.body_ok, d.semantic, attested, zero, d.short_at_eof).unwrap_or(CrcVerdict::Corrupt)
+    let blank = blank_sector_in(bytes, d.batch_start, extent_end as u64, stale);
+    // A record that checks out but breaks a rule is no torn write's doing where a dropped sector
+    // reads as zero. In a recycled segment it reads as old contents, which can hold a whole
+    // record of the file's earlier life: one that starts in a sector of old contents is what a
+    // crash dropped there.
+    let at = d.offset as usize - d.offset as usize % SECTOR;
+    let old = stale.is_some() && bytes.get(at..at + SECTOR).is_some_and(|b| is_blank(stale, at, b));
+    let semantic = d.semantic && !old;
+    decide(d.header_ok, d.body_ok && !old, semantic, attested, blank, d.short_at_eof)
+        .unwrap_or(CrcVerdict::Corrupt)
 }
 
 #[cfg(test)]

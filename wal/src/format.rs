@@ -26,6 +26,9 @@ pub const META_MAGIC: [u8; 8] = *b"\x89WALMT\r\n";
 pub const FORMAT_VERSION: u32 = 1;
 
 pub const SEGMENT_HEADER_LEN: usize = 64;
+/// Segment header flag (byte 52): the segment was made of a recycled file and holds a stale
+/// table (FORMAT.md section 2.2).
+pub const SEGMENT_FLAG_RECYCLED: u8 = 1;
 pub const RECORD_HEADER_LEN: usize = 48;
 pub const META_FILE_LEN: usize = 64;
 /// Record alignment inside a segment.
@@ -80,6 +83,7 @@ pub struct SegmentHeader {
     pub first_record_seq: U64,
     /// The checksum of the previous segment's last record (its footer); 0 for a log's first segment.
     pub prev_crc: U32,
+    /// Byte 0: flags ([`SEGMENT_FLAG_RECYCLED`]); the rest zero.
     pub reserved: [u8; 8],
     /// crc32c of bytes 0..60.
     pub header_crc: U32,
@@ -111,6 +115,28 @@ impl SegmentHeader {
     pub fn compute_crc(&self) -> u32 {
         let b = self.as_bytes();
         crc32c::crc32c(b.get(..60).unwrap_or_default())
+    }
+
+    /// The header of a segment made of a recycled file: it holds a stale table and its data ends
+    /// before it (FORMAT.md section 2.2).
+    pub fn recycled(mut self) -> Self {
+        self.reserved[0] |= SEGMENT_FLAG_RECYCLED;
+        self.header_crc = U32::new(self.compute_crc());
+        self
+    }
+
+    pub fn is_recycled(&self) -> bool {
+        self.reserved[0] & SEGMENT_FLAG_RECYCLED != 0
+    }
+
+    /// Flags and reserved bytes hold nothing this version does not know.
+    pub fn reserved_ok(&self) -> bool {
+        self.reserved[0] & !SEGMENT_FLAG_RECYCLED == 0 && self.reserved[1..] == [0; 7]
+    }
+
+    /// Where this segment's data must end.
+    pub fn data_limit(&self) -> usize {
+        crate::stale::data_limit(self.segment_len.get(), self.is_recycled())
     }
 
     /// The seed of the segment's checksum chain: the `prev_crc` of its first record. It binds the

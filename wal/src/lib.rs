@@ -55,6 +55,7 @@ pub mod recovery;
 mod recycle;
 pub mod replay;
 pub mod scan;
+pub mod stale;
 pub mod state;
 pub mod storage;
 pub mod ticket;

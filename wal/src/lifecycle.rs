@@ -6,7 +6,7 @@ use crate::format::*;
 use crate::recovery;
 use crate::scan;
 use crate::storage::{self, Op, Storage};
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 pub(crate) fn sync_dir(storage: &dyn Storage) -> Result<()> {
     storage::complete(storage, u64::MAX, Op::SyncDir)
@@ -150,8 +150,10 @@ pub(crate) fn sync_unsealed(storage: &dyn Storage) -> Result<()> {
     Ok(())
 }
 
-/// Cuts the log at a damage: zeroes from the start of the damaged batch to the last non-zero byte
-/// of its segment (the length never changes, so no mapped byte disappears), syncs, and removes
+/// Cuts the log at a damage: zeroes from the start of the damaged batch to the last sector of
+/// its segment that is not blank (zero, or in a recycled segment its old contents; a recycled
+/// segment's stale table stays), and what the footer slot holds (the length never changes, so
+/// no mapped byte disappears), syncs, and removes
 /// every later segment file. For a TORN_TAIL this loses nothing acknowledged; for CORRUPT_TAIL or
 /// CORRUPT it is lossy and only `walcheck repair --lossy` asks for it. The caller holds the
 /// exclusive lock. Returns (segment, offset, bytes zeroed).
@@ -161,21 +163,23 @@ pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
     // cuts the header too, so the file is a spare again rather than a header with no state
     // (found by the model test: a torn first batch after a rotation lost the log's state).
     let from = if d.batch_start as usize <= SEGMENT_HEADER_LEN { 0 } else { d.batch_start as usize };
-    let end = from + scan::end_of_nonzero(bytes.get(from..).unwrap_or_default());
+    let log_id = recovery::read_meta(storage)?.map(|m| m.log_id).unwrap_or_default();
+    let ranges = cut_ranges(&bytes, from, crate::stale::Owner { log_id, segment_seq: d.segment });
     drop(bytes);
     let name = segment_file_name(d.segment);
     let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
     let mut r = Ok((0, None));
-    if end > from {
-        r = storage::complete(
-            storage,
-            4,
-            Op::Write { file: f, offset: from as u64, data: vec![0; end - from] },
-        )
-        .and_then(|_| storage::complete(storage, 5, Op::SyncData { file: f }));
+    for &(a, b) in &ranges {
+        r = r.and_then(|_| {
+            storage::complete(storage, 4, Op::Write { file: f, offset: a as u64, data: vec![0; b - a] })
+        });
+    }
+    if !ranges.is_empty() {
+        r = r.and_then(|_| storage::complete(storage, 5, Op::SyncData { file: f }));
     }
     storage.close(f);
     r.map_err(|e| Error::io(format!("cutting the torn tail of {name}"), e))?;
+    let zeroed: usize = ranges.iter().map(|(a, b)| b - a).sum();
     let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
     let mut removed = false;
     for s in names.iter().filter_map(|n| parse_segment_file_name(n)).filter(|&s| s > d.segment) {
@@ -194,5 +198,31 @@ pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
             replace_meta(storage, &meta.with_close(0, 0)).map_err(|e| Error::io("replacing wal.meta", e))?;
         }
     }
-    Ok((d.segment, from as u64, (end - from) as u64))
+    Ok((d.segment, from as u64, zeroed as u64))
+}
+
+/// The byte ranges a cut from `from` zeroes in the segment file `bytes`: up to the last sector
+/// that is not blank, and in a recycled segment (whose stale table must stay) the footer slot's
+/// non-zero bytes apart.
+fn cut_ranges(bytes: &[u8], from: usize, owner: crate::stale::Owner) -> Vec<(usize, usize)> {
+    // A header that checks out says whether there is a table; a cut from 0 may meet a header
+    // sector a crash dropped (then a table is looked for).
+    let header = bytes
+        .get(..SEGMENT_HEADER_LEN)
+        .and_then(|b| SegmentHeader::read_from_bytes(b).ok())
+        .filter(|h| h.magic == SEGMENT_MAGIC && h.header_crc.get() == h.compute_crc());
+    let table = scan::stale_of(bytes, header.as_ref(), owner).ok().flatten();
+    let (Some(t), Some(len)) = (table, scan::segment_len_of(bytes.len())) else {
+        let end = from + scan::end_of_nonzero(bytes.get(from..).unwrap_or_default());
+        return if end > from { vec![(from, end)] } else { Vec::new() };
+    };
+    let (limit, slot) = (crate::stale::table_offset(len), crate::format::footer_offset(len));
+    let base = from - from % crate::format::SECTOR;
+    // Blank sectors stay as they are, but not the rest of the sector the cut starts in: after a
+    // batch the walk wants zeros up to the next sector, not old contents.
+    let data_end = crate::stale::end_of_nonblank(Some(&t), bytes.get(base..limit).unwrap_or_default(), base)
+        .max(from.next_multiple_of(crate::format::SECTOR).min(limit));
+    let slot_from = from.max(slot);
+    let slot_end = slot_from + scan::end_of_nonzero(bytes.get(slot_from..).unwrap_or_default());
+    [(from, data_end), (slot_from, slot_end)].into_iter().filter(|(a, b)| b > a).collect()
 }

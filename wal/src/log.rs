@@ -245,6 +245,8 @@ pub struct Wal {
     pub(crate) segments: Vec<SegmentInfo>,
     pub(crate) active: Option<Active>,
     pub(crate) spares: Vec<u64>,
+    /// The spares made of recycled files: their headers must say so (FORMAT.md section 2.2).
+    pub(crate) recycled_spares: Vec<u64>,
     /// Purged segment files set aside for reuse, by the sequence they had, ascending.
     pub(crate) pool: Vec<u64>,
     /// The segments that replays of this process have mapped (never overwritten meanwhile).
@@ -263,7 +265,8 @@ pub struct Wal {
     pub(crate) staged: Staged,
     pub(crate) poisoned: Option<String>,
     /// The next segment being prepared on a helper thread.
-    pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<()>>)>,
+    /// (Its result: whether the file was made of a recycled one.)
+    pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<bool>>)>,
     /// Syncs that an acknowledgement waited for (`Wal::sync`, or a pipelined sync covering a
     /// durable entry) since the active segment was activated; `None` before the first
     /// activation of this process (nothing to judge the next segment's fill on).
@@ -550,8 +553,9 @@ impl Wal {
                 self.open_frame();
             }
             let a = self.active.as_ref().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
-            // The segment's own length (its header), which a reopened log may have set differently.
-            let limit = footer_offset(a.header.segment_len.get()) as u64;
+            // The segment's own length and kind (its header), which a reopened log may have set
+            // differently.
+            let limit = a.header.data_limit() as u64;
             let used = a.write_off + self.staged.buf.len() as u64;
             if used + need as u64 <= limit {
                 return Ok(());
@@ -595,25 +599,29 @@ impl Wal {
         let name = segment_file_name(seq);
         self.choose_fill();
         self.finish_preparing(Some(seq));
-        let file = if self.spares.contains(&seq) {
+        let (file, recycled) = if self.spares.contains(&seq) {
             let f =
                 self.storage.open(&name, false).map_err(|e| self.fail_io("opening a spare segment", e))?;
             let len = self.storage.len(f).map_err(|e| self.fail_io("sizing a spare segment", e))?;
             if len != u64::from(seg_len) {
                 self.storage.close(f);
                 self.storage.remove(&name).map_err(|e| self.fail_io("replacing a spare segment", e))?;
-                self.create_segment(&name, seg_len)?
+                (self.create_segment(&name, seg_len)?, false)
             } else {
-                f
+                (f, self.recycled_spares.contains(&seq))
             }
-        } else if let Some(f) = self.recycle_into(&name, seg_len)? {
-            f
+        } else if let Some(f) = self.recycle_into(seq, seg_len)? {
+            (f, true)
         } else {
             self.check_budget("a new segment")?;
-            self.create_segment(&name, seg_len)?
+            (self.create_segment(&name, seg_len)?, false)
         };
         self.spares.retain(|&s| s != seq);
-        let header = SegmentHeader::new(self.meta.log_id, seg_len, seq, self.next_seq, self.last_crc);
+        self.recycled_spares.retain(|&s| s != seq);
+        let mut header = SegmentHeader::new(self.meta.log_id, seg_len, seq, self.next_seq, self.last_crc);
+        if recycled {
+            header = header.recycled();
+        }
         self.staged.buf.clear();
         self.staged.buf.extend_from_slice(header.as_bytes());
         self.active =
@@ -687,14 +695,16 @@ impl Wal {
         let (st, name, len) =
             (self.storage.clone(), segment_file_name(seq), u64::from(self.opts.segment_len_bytes));
         let reserve = self.reserve_segments;
+        let owner = crate::stale::Owner { log_id: self.meta.log_id, segment_seq: seq };
         let spawned = std::thread::Builder::new().name("wal-prepare".into()).spawn(move || {
-            if source.is_some_and(|old| crate::recycle::recycle(&*st, old, &name, len, reserve)) {
-                return Ok(());
+            // Ok(true): made of a recycled file.
+            if source.is_some_and(|old| crate::recycle::recycle(&*st, old, &name, len, owner)) {
+                return Ok(true);
             }
             if reserve {
-                st.prepare_file_reserved(&name, len)
+                st.prepare_file_reserved(&name, len).map(|()| false)
             } else {
-                st.prepare_file(&name, len)
+                st.prepare_file(&name, len).map(|()| false)
             }
         });
         // If no thread can be started, the rotation prepares the segment itself.
@@ -707,9 +717,15 @@ impl Wal {
     /// forgotten: the rotation prepares the segment itself and reports its own error.
     fn finish_preparing(&mut self, seq: Option<u64>) {
         if let Some((s, h)) = self.preparing.take() {
-            let ok = matches!(h.join(), Ok(Ok(())));
-            if ok && Some(s) == seq {
+            let done = match h.join() {
+                Ok(Ok(recycled)) => Some(recycled),
+                _ => None,
+            };
+            if let (Some(recycled), true) = (done, Some(s) == seq) {
                 self.spares.push(s);
+                if recycled {
+                    self.recycled_spares.push(s);
+                }
             }
         }
     }
@@ -875,6 +891,9 @@ impl Wal {
         };
         let (seq_after, crc_after) = seal_batch(&mut buf, &frame, self.next_seq, prev, self.durable_seq);
         let len = buf.len() as u64;
+        // Whole sectors: the padding to the next batch is written, not left to the file's old
+        // bytes, which in a recycled segment are not zero (FORMAT.md section 2.2).
+        buf.resize(buf.len().next_multiple_of(SECTOR), 0);
         self.token += 1;
         let returned = match storage::complete_keeping(
             &*self.storage,
@@ -953,6 +972,9 @@ impl Wal {
             if let Some(a) = self.active.take() {
                 self.storage.close(a.file);
                 self.spares.push(a.seq);
+                if a.header.is_recycled() {
+                    self.recycled_spares.push(a.seq);
+                }
             }
         }
         err
@@ -1012,6 +1034,9 @@ impl Wal {
             if let Some(a) = self.active.take() {
                 self.storage.close(a.file);
                 self.spares.push(a.seq);
+                if a.header.is_recycled() {
+                    self.recycled_spares.push(a.seq);
+                }
             }
             return Ok(());
         };

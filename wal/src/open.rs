@@ -58,8 +58,13 @@ impl Wal {
                 "max_log_bytes must allow at least two segments of {seg_len} bytes (a rotation needs both)"
             )));
         }
-        let room =
-            footer_offset(seg_len) - SEGMENT_HEADER_LEN - FRAME_LEN - STATE_MAX_LEN - RECORD_HEADER_LEN;
+        // Whether a segment is a new file or a recycled one (whose stale table takes room), an
+        // entry that is accepted fits in it.
+        let room = crate::stale::data_limit(seg_len, true)
+            - SEGMENT_HEADER_LEN
+            - FRAME_LEN
+            - STATE_MAX_LEN
+            - RECORD_HEADER_LEN;
         let most = (room as u32).min(MAX_PAYLOAD_LEN) & !(ALIGN as u32 - 1);
         let max_payload = opts.max_payload_bytes.unwrap_or(most);
         if max_payload > most || max_payload == 0 {
@@ -157,6 +162,7 @@ impl Wal {
             segments: scan.segments,
             active: None,
             spares: scan.spares,
+            recycled_spares: scan.recycled_spares,
             pool,
             pins: Default::default(),
             next_seq: scan.next_seq,

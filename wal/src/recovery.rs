@@ -8,6 +8,7 @@
 use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
 use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Walked, Walker, Window};
+use crate::stale::{table_len, table_offset, Owner, StaleTable};
 use crate::storage::{FileId, Mapping, Storage};
 use std::cell::Cell;
 use zerocopy::FromBytes;
@@ -51,6 +52,8 @@ pub struct LogScan {
     pub segments: Vec<SegmentInfo>,
     /// Pre-created segments after the last one holding records.
     pub spares: Vec<u64>,
+    /// The spares made of recycled files (holding a stale table: FORMAT.md section 2.2).
+    pub recycled_spares: Vec<u64>,
     /// Segment files below the purge floor (left by an interrupted purge).
     pub leftovers: Vec<u64>,
     pub damage: Option<Damage>,
@@ -202,9 +205,9 @@ fn spare_before_data(seq: u64) -> Damage {
     damage_at(CrcVerdict::Corrupt, kind, seq, 0)
 }
 
-fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool) -> Damage {
+fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool, stale: Option<&StaleTable>) -> Damage {
     Damage {
-        verdict: scan::classify(bytes, r, later),
+        verdict: scan::classify(bytes, r, later, stale),
         kind: r.kind.clone(),
         segment,
         offset: r.offset,
@@ -305,6 +308,18 @@ fn walk_file(
     };
     let mut w = Walker::new(header, logical);
     w.zeros_from(written);
+    if header.is_recycled() {
+        // Its stale table, read whole; one that does not check out is judged by the map path.
+        let (at, n) = (table_offset(header.segment_len.get()), table_len(header.segment_len.get()));
+        let mut region = vec![0u8; n];
+        if storage.read_at(f, at as u64, &mut region)? != n {
+            return redo(None);
+        }
+        match StaleTable::parse(&region, header.segment_len.get(), Owner::of(&header)) {
+            Some(t) => w.stale(Some(std::sync::Arc::new(t))),
+            None => return redo(None),
+        }
+    }
     // The batch frames this walk accepted, one bit per sector (batches start on a sector, the
     // first right after the segment header): a footer's index point that names one needs no
     // read. The frame checked out with the same bytes and its batch ended before the footer's
@@ -429,6 +444,7 @@ pub fn scan_log_with(
         meta: None,
         segments: Vec::new(),
         spares: Vec::new(),
+        recycled_spares: Vec::new(),
         leftovers: Vec::new(),
         damage: None,
         verdict: CrcVerdict::Ok,
@@ -562,14 +578,21 @@ pub fn scan_log_with(
         // Past `written` every byte is zero: neither a spare's check nor the walk's reads it
         // (a spare's map is not touched at all: a first fault would read ahead megabytes).
         let seen = bytes.get(..written.max(SEGMENT_HEADER_LEN)).unwrap_or(&bytes);
-        let start = if written == 0 { Start::Spare } else { scan::read_start_in(seen, bytes.len(), &expect) };
+        let start = if written == 0 {
+            Start::Spare { recycled: false }
+        } else {
+            scan::read_start_in(seen, bytes.len(), &expect)
+        };
         let header = match start {
-            Start::Spare => {
+            Start::Spare { recycled } => {
                 if later {
                     out.damage = Some(at_lsn(spare_before_data(seq), lsn_here));
                     break;
                 }
                 out.spares.push(seq);
+                if recycled {
+                    out.recycled_spares.push(seq);
+                }
                 continue;
             }
             Start::Unsupported(v) => {
@@ -580,7 +603,9 @@ pub fn scan_log_with(
                 break;
             }
             Start::Damage(r) => {
-                out.damage = Some(at_lsn(classified(&bytes, seq, &r, later), lsn_here));
+                // A header a crash dropped leaves a recycled file's table to judge the rest by.
+                let stale = scan::stale_of(&bytes, None, scan::owner_of(&expect)).ok().flatten();
+                out.damage = Some(at_lsn(classified(&bytes, seq, &r, later, stale.as_deref()), lsn_here));
                 break;
             }
             Start::Segment(h) => h,
@@ -644,10 +669,18 @@ pub fn scan_log_with(
             });
             continue;
         }
+        let stale = match scan::stale_of(&bytes, Some(&header), Owner::of(&header)) {
+            Ok(t) => t,
+            Err(r) => {
+                out.damage = Some(at_lsn(classified(&bytes, seq, &r, later, None), lsn_here));
+                break;
+            }
+        };
         // The state at the segment's start, for a second walk if damage stops this one.
         let at_start = logical.clone();
         let mut w = Walker::new(header, logical.take());
         w.zeros_from(written);
+        w.stale(stale.clone());
         let walked = &mut out.records_walked;
         let end = w.walk(&Window::whole(&bytes), &mut |r| {
             if r.offset >= visited_until {
@@ -667,13 +700,14 @@ pub fn scan_log_with(
             }
         };
         if let Some(r) = damage {
-            out.damage = Some(classified(&bytes, seq, &r, later));
+            out.damage = Some(classified(&bytes, seq, &r, later, stale.as_deref()));
             // The valid prefix of this segment is still the log's end (salvage reads it), up to
             // the end of its last whole batch: a replay stops there and a writer cuts the damaged
             // batch, so what that batch's records before the damage applied (a next LSN, an
             // epoch, a truncation) is not the log's. The walk above went on to the damage; walk
             // again to the batch's start for the state there (only a damaged log pays for it).
             let mut whole = Walker::new(header, at_start);
+            whole.stale(stale);
             whole.stop_at = Some(w.data_end);
             let _ = whole.walk(&Window::whole(&bytes), &mut |_| {});
             out.absorb_walk(seq, header, &mut whole);

@@ -1,8 +1,9 @@
 //! Recycling purged segment files. A purge sets up to [`Options::recycle_segments`] of the files
 //! it frees aside (renamed `{seq}.recycle`, FORMAT.md section 1) instead of removing them, and
-//! the next segment is made of one of them, overwritten with zeros, synced and renamed, rather
-//! than of a new file. The format is unchanged: a segment is all zeros, synced, before it takes
-//! a record, whatever file it was made of.
+//! the next segment is made of one of them rather than of a new file: its old contents stay,
+//! its header sector and footer slot are zeroed, a stale table of its old sectors is written
+//! ([`crate::stale`], FORMAT.md section 2.2), then it is synced and renamed. Overwriting the old
+//! contents with zeros instead cost as much disk bandwidth as the log's own writes.
 //!
 //! Why: on the machines measured (README, "Why the throughput rows fell short") a page-cache
 //! page the kernel must newly allocate costs far more than overwriting one that exists (fresh
@@ -22,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::format::{parse_recycle_file_name, recycle_file_name, segment_file_name};
 use crate::log::{Options, Wal};
 use crate::recovery::SegmentInfo;
+use crate::stale::Owner;
 use crate::storage::{FileId, Storage};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -124,35 +126,48 @@ impl Wal {
 
     /// Rotation without a prepared spare: makes segment file `name` of a set-aside file, if one
     /// can be taken and its recycling works (otherwise the caller creates a new file).
-    pub(crate) fn recycle_into(&mut self, name: &str, len: u32) -> Result<Option<FileId>> {
+    pub(crate) fn recycle_into(&mut self, seq: u64, len: u32) -> Result<Option<FileId>> {
         let Some(old) = self.take_recyclable() else { return Ok(None) };
-        if !recycle(&*self.storage, old, name, len.into(), self.reserve_segments) {
+        let name = segment_file_name(seq);
+        let owner = Owner { log_id: self.meta.log_id, segment_seq: seq };
+        if !recycle(&*self.storage, old, &name, len.into(), owner) {
             return Ok(None);
         }
-        match self.storage.open(name, false) {
+        match self.storage.open(&name, false) {
             Ok(f) => Ok(Some(f)),
             Err(e) => Err(self.fail_io(format!("opening {name}"), e)),
         }
     }
 }
 
-/// Makes the set-aside file of segment `old` into segment file `name` (its zeros reserved or
-/// written, as new segments get theirs). False when that failed: the caller makes a new file.
-/// A storage that cannot recycle left the file as it was, and it goes; any other failure
-/// already removed it.
-pub(crate) fn recycle(storage: &dyn Storage, old: u64, name: &str, len: u64, reserve: bool) -> bool {
+/// Makes the set-aside file of segment `old` into segment file `name`, a recycled spare: the
+/// old file is read once for its stale table, then [`Storage::recycle_file`] writes the table,
+/// zeroes the header sector and the footer slot, syncs and renames. False when that failed: the
+/// caller makes a new file. A storage that cannot recycle left the file as it was, and it goes;
+/// any other failure already removed it.
+pub(crate) fn recycle(storage: &dyn Storage, old: u64, name: &str, len: u64, owner: Owner) -> bool {
     let from = recycle_file_name(old);
-    let r = if reserve {
-        storage.recycle_file_reserved(&from, name, len)
-    } else {
-        storage.recycle_file(&from, name, len)
-    };
+    let writes = (|| {
+        let seg_len = u32::try_from(len).map_err(std::io::Error::other)?;
+        let f = storage.open(&from, false)?;
+        let r = storage.len(f).and_then(|have| {
+            if have != len {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{from} holds {have} bytes, a segment {len}"),
+                ));
+            }
+            let old = storage.map(f)?;
+            Ok(crate::stale::recycling_writes(&old, seg_len, owner))
+        });
+        storage.close(f);
+        r
+    })();
+    let r = writes.and_then(|w| storage.recycle_file(&from, name, len, &w));
     match r {
         Ok(()) => true,
-        Err(e) => {
-            if e.kind() == std::io::ErrorKind::Unsupported {
-                let _ = storage.remove(&from);
-            }
+        Err(_) => {
+            let _ = storage.remove(&from);
             false
         }
     }

@@ -17,6 +17,7 @@ use crate::log::Checkpoint;
 use crate::recovery::{map_segment, SegmentInfo};
 use crate::recycle::{Pin, Pins};
 use crate::scan::{RawDamage, Step, Walker};
+use crate::stale::StaleTable;
 use crate::storage::{Mapping, Storage};
 use crate::{Epoch, Lsn};
 use std::sync::Arc;
@@ -107,9 +108,15 @@ fn damaged(seq: u64, r: &RawDamage) -> Error {
     })
 }
 
+/// The stale table a walk of a recycled segment's map needs past its last batch.
+fn stale_table(map: &[u8], seq: u64, header: &SegmentHeader) -> Result<Option<Arc<StaleTable>>> {
+    crate::scan::stale_of(map, Some(header), crate::stale::Owner::of(header)).map_err(|r| damaged(seq, &r))
+}
+
 /// Cuts in a segment up to `stop`: (offset, keep bound), by offset.
 fn collect_cuts(map: &[u8], seq: u64, header: SegmentHeader, stop: Option<u64>) -> Result<Vec<(u64, u64)>> {
     let mut w = Walker::new(header, None);
+    w.stale(stale_table(map, seq, &header)?);
     w.stop_at = stop;
     let mut cuts = Vec::new();
     loop {
@@ -228,6 +235,7 @@ impl Replay {
         let mut walker = start
             .and_then(|p| Walker::resume(seg.header, &map, p.offset.get(), p.lsn.get()))
             .unwrap_or_else(|| Walker::new(seg.header, None));
+        walker.stale(stale_table(&map, seg.seq, &seg.header)?);
         walker.stop_at = stop;
         let keep_after = self.keep_after.get(self.i).copied().unwrap_or(u64::MAX);
         self.cur = Some(Cur {

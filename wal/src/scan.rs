@@ -10,6 +10,7 @@
 
 use crate::error::DamageKind;
 use crate::format::*;
+use crate::stale::{Owner, StaleTable};
 use std::collections::BTreeMap;
 use std::fmt;
 use zerocopy::FromBytes;
@@ -147,8 +148,11 @@ impl<'a> Window<'a> {
 /// What the start of a segment file says.
 #[derive(Debug)]
 pub enum Start {
-    /// Every byte is zero: a pre-created segment that never took a record.
-    Spare,
+    /// Every byte is zero, or blank by a valid stale table (`recycled`): a pre-created segment
+    /// that never took a record.
+    Spare {
+        recycled: bool,
+    },
     Segment(SegmentHeader),
     Damage(RawDamage),
     Unsupported(u32),
@@ -171,6 +175,61 @@ pub struct FooterInfo {
     pub index: Vec<IndexPoint>,
     pub seq: u64,
     pub crc: u32,
+}
+
+/// Is a file of `file_len` bytes, whose first bytes are `bytes` and the rest zero, a spare made
+/// of a recycled file: a valid stale table, every sector before it blank, a zero footer slot
+/// (FORMAT.md section 2.2)?
+fn recycled_spare(bytes: &[u8], file_len: usize, owner: Owner) -> bool {
+    let Some(len) = segment_len_of(file_len) else { return false };
+    let Some(t) = StaleTable::find(bytes, len, owner) else { return false };
+    let limit = crate::stale::table_offset(len);
+    crate::stale::first_nonblank(Some(&t), bytes.get(..limit).unwrap_or_default(), 0).is_none()
+        && bytes.get(footer_offset(len)..).is_none_or(is_zero)
+}
+
+/// A file length as a segment length, if it can be one.
+pub fn segment_len_of(file_len: usize) -> Option<u32> {
+    let len = u32::try_from(file_len).ok()?;
+    ((MIN_SEGMENT_LEN..=MAX_SEGMENT_LEN).contains(&len) && file_len.is_multiple_of(SECTOR)).then_some(len)
+}
+
+/// The segment `expect` describes, as a stale table names its owner.
+pub fn owner_of(expect: &Expect) -> Owner {
+    Owner { log_id: expect.log_id, segment_seq: expect.segment_seq }
+}
+
+/// The stale table of the whole segment file `bytes` whose header says it was recycled
+/// (`Err` with the damage when the table does not check out), or of `owner`'s file whose
+/// header is unreadable (`header` `None`), if it holds one (`Ok(None)` when it does not).
+pub fn stale_of(
+    bytes: &[u8],
+    header: Option<&SegmentHeader>,
+    owner: Owner,
+) -> Result<Option<std::sync::Arc<StaleTable>>, RawDamage> {
+    let recycled = header.is_some_and(SegmentHeader::is_recycled);
+    if header.is_some() && !recycled {
+        return Ok(None);
+    }
+    let owner = header.map_or(owner, Owner::of);
+    let table = segment_len_of(bytes.len()).and_then(|len| StaleTable::find(bytes, len, owner));
+    if table.is_none() && recycled {
+        let at = header.map_or(0, |h| crate::stale::table_offset(h.segment_len.get())) as u64;
+        return Err(RawDamage {
+            kind: DamageKind::BadSegmentHeader("recycled, without a valid stale table"),
+            offset: at,
+            batch_start: at,
+            declared_end: None,
+            header_ok: true,
+            body_ok: true,
+            semantic: true,
+            short_at_eof: false,
+            seq: header.map_or(0, |h| h.first_record_seq.get()),
+            lsn: 0,
+            batch_lsn: 0,
+        });
+    }
+    Ok(table)
 }
 
 /// Reads and checks a segment header.
@@ -199,13 +258,16 @@ pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> S
     };
     let Some(hb) = bytes.get(..SEGMENT_HEADER_LEN) else {
         if is_zero(bytes) {
-            return Start::Spare;
+            return Start::Spare { recycled: false };
         }
         return damage(DamageKind::ShortAtEof, false, false);
     };
     if is_zero(hb) {
         if is_zero(bytes) {
-            return Start::Spare;
+            return Start::Spare { recycled: false };
+        }
+        if recycled_spare(bytes, file_len, owner_of(expect)) {
+            return Start::Spare { recycled: true };
         }
         return damage(DamageKind::ZeroHeader, false, false);
     }
@@ -222,7 +284,7 @@ pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> S
     if h.format_version.get() != FORMAT_VERSION {
         return Start::Unsupported(h.format_version.get());
     }
-    if h.reserved != [0; 8] {
+    if !h.reserved_ok() {
         return damage(DamageKind::NonZeroReserved, true, true);
     }
     if h.log_id != expect.log_id {
@@ -442,6 +504,8 @@ pub struct Walker {
     /// Every byte of the file from here on is zero, as its storage reported
     /// ([`Walker::zeros_from`]): the tail check does not read them.
     zeros_from: usize,
+    /// A recycled segment's stale table ([`Walker::stale`]): its blank sectors are zero or old.
+    stale: Option<std::sync::Arc<StaleTable>>,
     first_batch: bool,
     group_open: bool,
     phase: Phase,
@@ -462,7 +526,7 @@ pub struct Walker {
 impl Walker {
     /// Starts at the first batch. `logical` is the state at the segment's start if known.
     pub fn new(header: SegmentHeader, logical: Option<Logical>) -> Walker {
-        let limit = footer_offset(header.segment_len.get());
+        let limit = header.data_limit();
         Walker {
             off: SEGMENT_HEADER_LEN,
             limit,
@@ -476,6 +540,7 @@ impl Walker {
             tail_start: 0,
             tail_at: 0,
             zeros_from: usize::MAX,
+            stale: None,
             first_batch: true,
             group_open: false,
             phase: Phase::Data,
@@ -496,6 +561,21 @@ impl Walker {
     /// would allocate and clear page by page.
     pub fn zeros_from(&mut self, at: usize) {
         self.zeros_from = at;
+    }
+
+    /// Gives the walk of a recycled segment its stale table ([`crate::stale`]): past the last
+    /// batch, a sector reads as blank when it is zero or still holds the file's old contents.
+    /// A recycled segment walked without it reads its old contents as damage.
+    pub fn stale(&mut self, table: Option<std::sync::Arc<StaleTable>>) {
+        self.stale = table;
+    }
+
+    /// The end of the data, when the sector at `off` (sector-aligned, in `win`) is blank in a
+    /// recycled segment; `None` when it is not, or the segment is not recycled.
+    fn blank_at(&self, win: &Window<'_>, off: usize) -> Option<bool> {
+        let t = self.stale.as_deref()?;
+        let s = win.get(off, (off + SECTOR).min(self.limit))?;
+        Some(off.is_multiple_of(SECTOR) && crate::stale::is_blank(Some(t), off, s))
     }
 
     /// Resumes at the batch frame at `offset` (a footer index point) with `next_lsn` there.
@@ -572,10 +652,15 @@ impl Walker {
         let end = self.limit.min(win.file_len);
         // What lies past the file's written end is zero without being read.
         let checked = end.min(self.zeros_from.max(self.tail_at));
-        let upto = checked.min(win.end());
+        let mut upto = checked.min(win.end());
+        if self.stale.is_some() && upto < checked {
+            // Old contents are judged a whole sector at a time.
+            upto = self.tail_at.max(upto - upto % SECTOR);
+        }
         if self.tail_at < upto {
-            if let Some(p) = first_nonzero(win.get(self.tail_at, upto).unwrap_or_default()) {
-                let at = start + ((self.tail_at + p - start) & !(ALIGN - 1));
+            let rest = win.get(self.tail_at, upto).unwrap_or_default();
+            if let Some(p) = crate::stale::first_nonblank(self.stale.as_deref(), rest, self.tail_at) {
+                let at = start + ((p - start) & !(ALIGN - 1));
                 let mut r = self.damage(DamageKind::NonZeroTail, at, false, false, false, false);
                 // Bytes after the end of the data can only be a later batch: a cut starts here.
                 r.batch_start = start as u64;
@@ -800,7 +885,16 @@ impl Walker {
                 r.batch_start = 0;
                 return Walked::Damage(r);
             }
-            if no_room || zero {
+            // In a recycled segment the rest holds old contents, which can be whole records of
+            // the file's earlier life (valid on their own, but not here): a blank sector ends
+            // the data before anything in it is decoded.
+            let blank = !zero && !no_room && self.stale.is_some() && {
+                match self.blank_at(win, off) {
+                    Some(b) => b,
+                    None => return Walked::NeedMore { from: off as u64, end: (off + SECTOR) as u64 },
+                }
+            };
+            if no_room || zero || blank {
                 self.phase = Phase::Tail;
                 self.tail_start = off;
                 self.tail_at = off;
@@ -1016,7 +1110,7 @@ impl Walker {
     }
 
     fn read_footer<'a>(&mut self, win: &Window<'a>) -> Walked<'a> {
-        let at = self.limit;
+        let at = footer_offset(self.header.segment_len.get());
         // A slot past the written end is zero without being read (read through a map, its first
         // byte would make the kernel read megabytes of zeros around it).
         if self.zeros_from <= at {

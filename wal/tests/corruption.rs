@@ -142,7 +142,7 @@ impl Windowed {
 }
 
 impl Storage for Windowed {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, submit, reap, lock, prepare_file, recycle_file, recycle_file_reserved);
+    wal::forward_storage!(inner: list, open, close, remove, rename, len, submit, reap, lock, prepare_file, recycle_file);
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.max_read.fetch_max(buf.len(), Ordering::Relaxed);

@@ -278,7 +278,7 @@ struct SlowSync {
 impl wal::storage::Storage for SlowSync {
     wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, map, written_end,
         scan_window, reap, lock, prepare_file, prepare_file_reserved, recycle_file,
-        recycle_file_reserved, concurrent_wait, wait);
+        concurrent_wait, wait);
 
     fn submit(&self, sub: wal::storage::Submission) -> std::io::Result<()> {
         if matches!(sub.op, wal::storage::Op::SyncData { .. }) {

@@ -1,12 +1,17 @@
 //! Recycling purged segment files (`wal/src/recycle.rs`): a purge sets files aside, the next
-//! segment is made of one, overwritten with zeros; a file a replay maps is never overwritten;
-//! the pool survives a reopen within its limit; every entry reads back as written throughout.
+//! segment is made of one, which keeps its old contents beside a stale table (FORMAT.md section
+//! 2.2); a file a replay maps is never overwritten; the pool survives a reopen within its limit;
+//! every entry reads back as written throughout; damage to what a recycled segment keeps is
+//! found and a crash's old sectors are not.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use wal::format::SegmentHeader;
 use wal::format::{parse_recycle_file_name, parse_segment_file_name, recycle_file_name, segment_file_name};
+use wal::stale::{Owner, StaleTable};
 use wal::{CrcVerdict, Epoch, Lsn, Options, SegmentFill, Wal};
+use zerocopy::FromBytes;
 
 const SEG: u32 = 64 * 1024;
 
@@ -54,15 +59,22 @@ fn check_replay(log: &Wal, first: u64, end: u64) {
 }
 
 #[test]
-fn a_purged_segment_becomes_a_later_segment_overwritten_with_zeros() {
+fn a_purged_segment_becomes_a_later_segment_with_a_stale_table() {
     purged_segments_become_later_segments(SegmentFill::Zeros);
 }
 
-/// Reserved: the set-aside file's zeros are a `FALLOC_FL_ZERO_RANGE` reservation (on a file
-/// system that has it; written otherwise).
+/// With reserved new segments too: a recycled file is never zeroed, reserved or written.
 #[test]
-fn a_purged_segment_becomes_a_later_segment_reserved_as_zeros() {
+fn a_purged_segment_becomes_a_later_segment_when_new_ones_are_reserved() {
     purged_segments_become_later_segments(SegmentFill::Reserved);
+}
+
+/// The header of segment file `seq` in `dir`, its bytes, and its stale table if it has one.
+fn recycled(dir: &Path, seq: u64) -> (SegmentHeader, Vec<u8>, Option<std::sync::Arc<StaleTable>>) {
+    let bytes = std::fs::read(dir.join(segment_file_name(seq))).unwrap();
+    let h = SegmentHeader::read_from_bytes(&bytes[..64]).unwrap();
+    let t = StaleTable::find(&bytes, h.segment_len.get(), Owner::of(&h));
+    (h, bytes, t)
 }
 
 fn purged_segments_become_later_segments(how: SegmentFill) {
@@ -87,6 +99,22 @@ fn purged_segments_become_later_segments(how: SegmentFill) {
     let made: BTreeSet<u64> =
         segs.difference(&before).map(|&s| ino(dir.path(), &segment_file_name(s))).collect();
     assert!(inodes.is_subset(&made), "new segments {made:?} should include the recycled files {inodes:?}");
+    // Each recycled file says so in its header, holds a stale table naming it, and kept old
+    // contents (not zeros) past its data.
+    let made_of_recycled: Vec<u64> = segs
+        .difference(&before)
+        .copied()
+        .filter(|&s| inodes.contains(&ino(dir.path(), &segment_file_name(s))))
+        .collect();
+    assert_eq!(made_of_recycled.len(), 2);
+    for &s in &made_of_recycled {
+        let (h, bytes, t) = recycled(dir.path(), s);
+        assert!(h.is_recycled(), "segment {s}");
+        assert!(t.is_some(), "segment {s} has no stale table");
+        let limit = wal::stale::table_offset(SEG);
+        let old = (0..limit / 512).filter(|i| bytes[i * 512..i * 512 + 512].iter().any(|&b| b != 0)).count();
+        assert!(old > 0, "segment {s}: nothing but data and zeros");
+    }
     check_replay(&log, first, 2400);
     log.close().unwrap();
     let (log, rep) = Wal::open(dir.path(), opts(2)).unwrap();
@@ -193,4 +221,81 @@ fn a_reopen_keeps_the_pool_within_its_limit_and_drops_misfits() {
     assert_eq!(rep.verdict, CrcVerdict::Ok);
     check_replay(&log, first, 2400);
     assert_eq!(names(dir.path()).1, BTreeSet::from([odd]));
+}
+
+/// A log whose last segment (cleanly closed) is made of a recycled file with old contents past
+/// its data: the directory, that segment's number, and where its data and table start.
+fn log_ending_in_a_recycled_segment() -> (tempfile::TempDir, u64, usize, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Wal::open(dir.path(), opts(2)).unwrap();
+    fill(&mut log, 1, 1500);
+    log.purge_before(Lsn(1200)).unwrap();
+    let before = names(dir.path()).0;
+    // A little more than a segment: the last one is recycled and mostly old contents.
+    let mut end = 1500;
+    while names(dir.path()).0.difference(&before).count() < 2 {
+        fill(&mut log, end, end + 50);
+        end += 50;
+    }
+    fill(&mut log, end, end + 20);
+    log.close().unwrap();
+    let scan = full_scan(dir.path());
+    assert_eq!(scan.verdict, CrcVerdict::Ok);
+    let last = scan.segments.last().unwrap().seq;
+    let (h, bytes, t) = recycled(dir.path(), last);
+    assert!(h.is_recycled() && t.is_some(), "the last segment is not recycled");
+    // Where the data ends: the first sector past the footer's data end.
+    let data_end = scan.segments.last().unwrap().data_end as usize;
+    let rest = data_end.next_multiple_of(512);
+    let table = wal::stale::table_offset(SEG);
+    assert!(bytes[rest..table].chunks(512).any(|c| c.iter().any(|&b| b != 0)), "no old contents left");
+    (dir, last, rest, table)
+}
+
+fn full_scan(dir: &Path) -> wal::LogScan {
+    wal::scan_log(&wal::storage::FileStorage::new(dir, false).unwrap(), true).unwrap()
+}
+
+fn patch(dir: &Path, seq: u64, at: usize, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(dir.join(segment_file_name(seq))).unwrap();
+    f.write_all_at(bytes, at as u64).unwrap();
+}
+
+/// Old contents past the data are blank; a sector there that is neither zero nor old, or a
+/// damaged stale table, is damage (attested: a clean close sealed the segment).
+#[test]
+fn damage_among_a_recycled_segments_old_contents_is_found() {
+    let (dir, last, rest, table) = log_ending_in_a_recycled_segment();
+    let orig = std::fs::read(dir.path().join(segment_file_name(last))).unwrap();
+    let restore = || patch(dir.path(), last, 0, &orig);
+    let old =
+        (rest / 512..table / 512).find(|i| orig[i * 512..i * 512 + 512].iter().any(|&b| b != 0)).unwrap();
+    // Zeroing an old sector changes nothing a reader needs: zero is blank too.
+    patch(dir.path(), last, old * 512, &[0; 512]);
+    assert_eq!(full_scan(dir.path()).verdict, CrcVerdict::Ok);
+    restore();
+    // One bit of an old sector: neither zero nor old contents.
+    let mut s = orig[old * 512..old * 512 + 512].to_vec();
+    s[100] ^= 4;
+    patch(dir.path(), last, old * 512, &s);
+    let scan = full_scan(dir.path());
+    assert_eq!(scan.verdict, CrcVerdict::Corrupt, "{:?}", scan.damage);
+    let d = scan.damage.unwrap();
+    assert_eq!((d.segment, d.offset as usize / 512), (last, old), "{d:?}");
+    restore();
+    // One bit of the table.
+    let mut t = orig[table..table + 512].to_vec();
+    t[50] ^= 1;
+    patch(dir.path(), last, table, &t);
+    assert_eq!(full_scan(dir.path()).verdict, CrcVerdict::Corrupt);
+    restore();
+    assert_eq!(full_scan(dir.path()).verdict, CrcVerdict::Ok);
+    // And the writer's open agrees once the clean close is forgotten (a crash): the segment is
+    // walked, its old contents are blank, nothing is cut.
+    std::fs::remove_file(dir.path().join("wal.close")).ok();
+    let (log, rep) = Wal::open(dir.path(), opts(2)).unwrap();
+    assert_eq!(rep.verdict, CrcVerdict::Ok);
+    assert!(rep.cut.is_none());
+    drop(log);
 }

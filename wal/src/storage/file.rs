@@ -140,9 +140,8 @@ impl FileStorage {
 }
 
 impl FileStorage {
-    /// [`Storage::recycle_file`]; with `reserve`, the zeros are a `FALLOC_FL_ZERO_RANGE`
-    /// reservation where the file system supports it (written otherwise).
-    fn recycle(&self, from: &str, name: &str, len: u64, reserve: bool) -> io::Result<()> {
+    /// [`Storage::recycle_file`].
+    fn recycle(&self, from: &str, name: &str, len: u64, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
         let (src, dst) = (self.dir.join(from), self.dir.join(name));
         let r = (|| {
             let f = OpenOptions::new().write(true).open(&src)?;
@@ -153,8 +152,8 @@ impl FileStorage {
                     format!("{from} holds {have} bytes, a segment {len}"),
                 ));
             }
-            if !(reserve && zero_range(&f, len)?) {
-                write_zeros(&f, len)?;
+            for (at, bytes) in writes {
+                f.write_all_at(bytes, *at)?;
             }
             f.sync_data()?;
             std::fs::rename(&src, &dst)?;
@@ -209,17 +208,9 @@ fn reserve_blocks(f: &File, len: u64) -> io::Result<bool> {
     fallocate(f, Fallocate::Reserve, len)
 }
 
-/// Turns bytes `0..len` of `f` into a reservation reading as zeros (its blocks unwritten, its
-/// page-cache pages dropped). Ok(false) when the file system cannot (the caller writes the
-/// zeros instead).
-fn zero_range(f: &File, len: u64) -> io::Result<bool> {
-    fallocate(f, Fallocate::ZeroRange, len)
-}
-
 #[derive(Clone, Copy)]
 enum Fallocate {
     Reserve,
-    ZeroRange,
 }
 
 /// `fallocate` over `0..len`; Ok(false) where the file system or the OS has no such call.
@@ -228,7 +219,6 @@ fn fallocate(f: &File, how: Fallocate, len: u64) -> io::Result<bool> {
     use rustix::fs::FallocateFlags;
     let flags = match how {
         Fallocate::Reserve => FallocateFlags::empty(),
-        Fallocate::ZeroRange => FallocateFlags::ZERO_RANGE,
     };
     match rustix::fs::fallocate(f, flags, 0, len) {
         Ok(()) => Ok(true),
@@ -381,12 +371,8 @@ impl Storage for FileStorage {
         self.prepare(name, len, true)
     }
 
-    fn recycle_file(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
-        self.recycle(from, name, len, false)
-    }
-
-    fn recycle_file_reserved(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
-        self.recycle(from, name, len, true)
+    fn recycle_file(&self, from: &str, name: &str, len: u64, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
+        self.recycle(from, name, len, writes)
     }
 
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {

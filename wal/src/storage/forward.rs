@@ -101,13 +101,14 @@ macro_rules! forward_storage {
         }
     };
     (@one $f:ident recycle_file) => {
-        fn recycle_file(&self, from: &str, name: &str, len: u64) -> ::std::io::Result<()> {
-            self.$f.recycle_file(from, name, len)
-        }
-    };
-    (@one $f:ident recycle_file_reserved) => {
-        fn recycle_file_reserved(&self, from: &str, name: &str, len: u64) -> ::std::io::Result<()> {
-            self.$f.recycle_file_reserved(from, name, len)
+        fn recycle_file(
+            &self,
+            from: &str,
+            name: &str,
+            len: u64,
+            writes: &[(u64, Vec<u8>)],
+        ) -> ::std::io::Result<()> {
+            self.$f.recycle_file(from, name, len, writes)
         }
     };
     (@one $f:ident concurrent_wait) => {

@@ -759,21 +759,23 @@ impl MemStorage {
 }
 
 impl MemStorage {
-    /// Overwrites bytes `0..len` of `file` with zeros (unsynced, so a crash keeps each sector
-    /// old or new), observed once at its end like a zero-fill.
-    fn overwrite_zeros(&self, file: FileId, len: u64) -> io::Result<()> {
+    /// Makes a recycling's `writes` in `file` (unsynced, so a crash keeps each sector old or
+    /// new), observed once at their end.
+    fn overwrite(&self, file: FileId, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
         if let Some(e) = self.faults().call(Call::ZeroFill) {
             return Err(e);
         }
         let node = self.node(file)?;
         let mut st = lock(&self.inner.state);
         let nd = st.nodes.get_mut(&node).ok_or_else(|| io::Error::other("missing node"))?;
-        let n = (len as usize).min(nd.live.len());
-        if let Some(b) = nd.live.get_mut(..n) {
-            b.fill(0);
-        }
-        for s in 0..(n as u64).div_ceil(SECTOR) {
-            nd.dirty.insert(s);
+        for (at, bytes) in writes {
+            let (a, b) = (*at as usize, *at as usize + bytes.len());
+            let dst =
+                nd.live.get_mut(a..b).ok_or_else(|| io::Error::other("a recycling write past the end"))?;
+            dst.copy_from_slice(bytes);
+            for s in *at / SECTOR..(b as u64).div_ceil(SECTOR) {
+                nd.dirty.insert(s);
+            }
         }
         drop(st);
         self.observe_op(Boundary::Recycle);
@@ -959,14 +961,14 @@ impl Storage for MemStorage {
         r
     }
 
-    fn recycle_file(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
+    fn recycle_file(&self, from: &str, name: &str, len: u64, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
         let f = self.open(from, false)?;
         let r = (|| {
             let have = self.len(f)?;
             if have != len {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{from}: {have} bytes")));
             }
-            self.overwrite_zeros(f, len)?;
+            self.overwrite(f, writes)?;
             self.sync_data(f)
         })();
         self.close(f);

@@ -162,22 +162,18 @@ pub trait Storage: Send + Sync + fmt::Debug {
         self.prepare_file(name, len)
     }
     /// Turns `from`, a file of `len` bytes that a purge set aside, into the new segment file
-    /// `name`: overwrites every byte of it with zeros, syncs it, renames it to `name` and syncs
-    /// the directory, all before returning (so `name` is never seen holding anything but
-    /// zeros). Synchronous and callable from another thread, like [`Storage::prepare_file`].
-    /// Overwriting blocks and page-cache pages that exist costs less than allocating new ones
-    /// (README, "Why the throughput rows fell short"). On failure neither `from` nor `name`
-    /// stays. The default says `Unsupported`: the log then removes the file and creates one.
-    fn recycle_file(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
-        let _ = (from, name, len);
+    /// `name`: makes `writes` (offset, bytes: its zeroed header sector, its stale table, its
+    /// zeroed footer slot, [`crate::stale::recycling_writes`]), syncs it, renames it to `name`
+    /// and syncs the directory, all before returning (so `name` is never seen as anything but
+    /// a recycled spare). The rest of the old contents stay: the stale table tells them from
+    /// what a batch writes (FORMAT.md section 2.2). Synchronous and callable from another
+    /// thread, like [`Storage::prepare_file`]. Overwriting blocks and page-cache pages that
+    /// exist costs less than allocating new ones (README, "Why the throughput rows fell
+    /// short"). On failure neither `from` nor `name` stays. The default says `Unsupported`: the
+    /// log then removes the file and creates one.
+    fn recycle_file(&self, from: &str, name: &str, len: u64, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
+        let _ = (from, name, len, writes);
         Err(io::Error::new(io::ErrorKind::Unsupported, "this storage does not recycle files"))
-    }
-    /// [`Storage::recycle_file`] whose zeros may be a reservation (`fallocate` with
-    /// `FALLOC_FL_ZERO_RANGE`: the blocks become unwritten, the page-cache pages are dropped,
-    /// nothing is written) rather than written, as [`Storage::prepare_file_reserved`] is to
-    /// [`Storage::prepare_file`]. The default writes them.
-    fn recycle_file_reserved(&self, from: &str, name: &str, len: u64) -> io::Result<()> {
-        self.recycle_file(from, name, len)
     }
     /// Whether another thread may submit and reap while one sleeps in [`Storage::wait`]: true
     /// for the default `wait`, which sleeps on the bell alone; a backend whose `wait` holds what

@@ -1010,9 +1010,23 @@ fn held_state(hist: &History, read: &[(u64, Vec<u8>)]) -> bool {
     false
 }
 
-/// Byte ranges of a segment file that hold data (non-zero sectors), as sector numbers.
+/// Byte ranges of a segment file that hold data (sectors that are not blank: non-zero, and in a
+/// recycled segment not the file's old contents either), as sector numbers.
 fn data_sectors(bytes: &[u8]) -> Vec<usize> {
-    (0..bytes.len() / 512).filter(|s| bytes[s * 512..s * 512 + 512].iter().any(|&b| b != 0)).collect()
+    let table = stale_table(bytes);
+    (0..bytes.len() / 512)
+        .filter(|s| !wal::stale::is_blank(table.as_deref(), s * 512, &bytes[s * 512..s * 512 + 512]))
+        .collect()
+}
+
+/// A recycled segment file's stale table.
+fn stale_table(bytes: &[u8]) -> Option<Arc<wal::stale::StaleTable>> {
+    use zerocopy::FromBytes;
+    let h = wal::format::SegmentHeader::read_from_bytes(bytes.get(..64)?).ok()?;
+    let len = h.segment_len.get();
+    (h.is_recycled() && len as usize == bytes.len())
+        .then(|| wal::stale::StaleTable::find(bytes, len, wal::stale::Owner::of(&h)))
+        .flatten()
 }
 
 pub fn corrupt_class(seed: u64, ran: &Ran, foreign: &Files, only: Option<Only>, sum: &mut Summary) {
