@@ -570,12 +570,27 @@ impl Walker {
         self.stale = table;
     }
 
-    /// The end of the data, when the sector at `off` (sector-aligned, in `win`) is blank in a
-    /// recycled segment; `None` when it is not, or the segment is not recycled.
-    fn blank_at(&self, win: &Window<'_>, off: usize) -> Option<bool> {
-        let t = self.stale.as_deref()?;
-        let s = win.get(off, (off + SECTOR).min(self.limit))?;
-        Some(off.is_multiple_of(SECTOR) && crate::stale::is_blank(Some(t), off, s))
+    /// At a batch boundary `off` of a recycled segment: the rest holds old contents, which can
+    /// be whole records of the file's earlier life (valid on their own, but not here), so a
+    /// blank sector ends the data before anything in it is decoded. `None`: a batch starts here.
+    /// Out of line: the walk of every other segment never comes here, and its loop stays small.
+    #[cold]
+    #[inline(never)]
+    fn old_contents_at<'a>(&mut self, win: &Window<'a>, off: usize) -> Option<Walked<'a>> {
+        let t = self.stale.clone()?;
+        let Some(s) = win.get(off, (off + SECTOR).min(self.limit)) else {
+            return Some(Walked::NeedMore { from: off as u64, end: (off + SECTOR) as u64 });
+        };
+        let blank = off.is_multiple_of(SECTOR) && crate::stale::is_blank(Some(&t), off, s);
+        blank.then(|| self.enter_tail(win, off))
+    }
+
+    /// The data ends at `off`: the rest of the data area is checked from there.
+    fn enter_tail<'a>(&mut self, win: &Window<'a>, off: usize) -> Walked<'a> {
+        self.phase = Phase::Tail;
+        self.tail_start = off;
+        self.tail_at = off;
+        self.read_tail(win)
     }
 
     /// Resumes at the batch frame at `offset` (a footer index point) with `next_lsn` there.
@@ -885,20 +900,13 @@ impl Walker {
                 r.batch_start = 0;
                 return Walked::Damage(r);
             }
-            // In a recycled segment the rest holds old contents, which can be whole records of
-            // the file's earlier life (valid on their own, but not here): a blank sector ends
-            // the data before anything in it is decoded.
-            let blank = !zero && !no_room && self.stale.is_some() && {
-                match self.blank_at(win, off) {
-                    Some(b) => b,
-                    None => return Walked::NeedMore { from: off as u64, end: (off + SECTOR) as u64 },
+            if no_room || zero {
+                return self.enter_tail(win, off);
+            }
+            if self.stale.is_some() {
+                if let Some(w) = self.old_contents_at(win, off) {
+                    return w;
                 }
-            };
-            if no_room || zero || blank {
-                self.phase = Phase::Tail;
-                self.tail_start = off;
-                self.tail_at = off;
-                return self.read_tail(win);
             }
         }
         let d = match decode_in(win, off, self.limit) {
