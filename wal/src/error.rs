@@ -60,6 +60,9 @@ pub enum DamageKind {
     /// walk found (only a full scan reads both).
     BadCloseFile(&'static str),
     UnsupportedVersion(u32),
+    /// A segment header, its checksum valid, with flags this build does not know: written by a
+    /// newer version (FORMAT.md section 2.1).
+    UnsupportedSegmentFlags(u8),
 }
 
 impl fmt::Display for DamageKind {
@@ -108,6 +111,9 @@ impl fmt::Display for DamageKind {
                 write!(f, "bad wal.close: {w} (the log's records are intact; without the file an open walks the last segment)")
             }
             DamageKind::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+            DamageKind::UnsupportedSegmentFlags(v) => {
+                write!(f, "segment flags {v:#04x} that this version does not know (a newer writer's)")
+            }
         }
     }
 }

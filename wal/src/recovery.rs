@@ -595,11 +595,8 @@ pub fn scan_log_with(
                 }
                 continue;
             }
-            Start::Unsupported(v) => {
-                out.damage = Some(at_lsn(
-                    damage_at(CrcVerdict::UnsupportedVersion, DamageKind::UnsupportedVersion(v), seq, 0),
-                    lsn_here,
-                ));
+            Start::Unsupported(kind) => {
+                out.damage = Some(at_lsn(damage_at(CrcVerdict::UnsupportedVersion, kind, seq, 0), lsn_here));
                 break;
             }
             Start::Damage(r) => {

@@ -155,7 +155,8 @@ pub enum Start {
     },
     Segment(SegmentHeader),
     Damage(RawDamage),
-    Unsupported(u32),
+    /// Written by a newer version: a format version or segment flags this build does not know.
+    Unsupported(DamageKind),
 }
 
 /// What a segment is expected to be, from the log around it.
@@ -282,7 +283,11 @@ pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> S
         return damage(DamageKind::BadSegmentHeader("bad magic"), true, true);
     }
     if h.format_version.get() != FORMAT_VERSION {
-        return Start::Unsupported(h.format_version.get());
+        return Start::Unsupported(DamageKind::UnsupportedVersion(h.format_version.get()));
+    }
+    if h.reserved[0] & !SEGMENT_FLAG_RECYCLED != 0 {
+        // The header's checksum holds: a newer writer set a flag this build cannot honour.
+        return Start::Unsupported(DamageKind::UnsupportedSegmentFlags(h.reserved[0]));
     }
     if !h.reserved_ok() {
         return damage(DamageKind::NonZeroReserved, true, true);

@@ -299,3 +299,30 @@ fn damage_among_a_recycled_segments_old_contents_is_found() {
     assert!(rep.cut.is_none());
     drop(log);
 }
+
+/// A segment header whose checksum holds but whose flags this build does not know was written
+/// by a newer version: UNSUPPORTED_VERSION, never CORRUPT. The RECYCLED flag on a segment that
+/// holds no stale table is CORRUPT.
+#[test]
+fn unknown_segment_flags_are_a_newer_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Wal::open(dir.path(), opts(0)).unwrap();
+    fill(&mut log, 1, 400);
+    log.close().unwrap();
+    let with_flags = |flags: u8| {
+        let p = dir.path().join(segment_file_name(1));
+        let mut b = std::fs::read(&p).unwrap();
+        b[52] = flags;
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&p, &b).unwrap();
+        full_scan(dir.path())
+    };
+    let scan = with_flags(0b10);
+    assert_eq!(scan.verdict, CrcVerdict::UnsupportedVersion, "{:?}", scan.damage);
+    let d = scan.damage.unwrap();
+    assert_eq!((d.kind, d.segment), (wal::DamageKind::UnsupportedSegmentFlags(0b10), 1));
+    let scan = with_flags(wal::format::SEGMENT_FLAG_RECYCLED);
+    assert_eq!(scan.verdict, CrcVerdict::Corrupt, "{:?}", scan.damage);
+    assert_eq!(with_flags(0).verdict, CrcVerdict::Ok);
+}
