@@ -125,6 +125,13 @@ impl SegmentHeader {
         self
     }
 
+    /// The header at the start of `bytes` if it checks out on its own (magic and checksum;
+    /// whether it fits the log is judged where the segment is walked).
+    pub fn self_valid(bytes: &[u8]) -> Option<SegmentHeader> {
+        let h = SegmentHeader::read_from_bytes(bytes.get(..SEGMENT_HEADER_LEN)?).ok()?;
+        (h.magic == SEGMENT_MAGIC && h.header_crc.get() == h.compute_crc()).then_some(h)
+    }
+
     pub fn is_recycled(&self) -> bool {
         self.reserved[0] & SEGMENT_FLAG_RECYCLED != 0
     }

@@ -6,7 +6,7 @@ use crate::format::*;
 use crate::recovery;
 use crate::scan;
 use crate::storage::{self, Op, Storage};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
 pub(crate) fn sync_dir(storage: &dyn Storage) -> Result<()> {
     storage::complete(storage, u64::MAX, Op::SyncDir)
@@ -207,10 +207,7 @@ pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
 fn cut_ranges(bytes: &[u8], from: usize, owner: crate::stale::Owner) -> Vec<(usize, usize)> {
     // A header that checks out says whether there is a table; a cut from 0 may meet a header
     // sector a crash dropped (then a table is looked for).
-    let header = bytes
-        .get(..SEGMENT_HEADER_LEN)
-        .and_then(|b| SegmentHeader::read_from_bytes(b).ok())
-        .filter(|h| h.magic == SEGMENT_MAGIC && h.header_crc.get() == h.compute_crc());
+    let header = SegmentHeader::self_valid(bytes);
     let table = scan::stale_of(bytes, header.as_ref(), owner).ok().flatten();
     let (Some(t), Some(len)) = (table, scan::segment_len_of(bytes.len())) else {
         let end = from + scan::end_of_nonzero(bytes.get(from..).unwrap_or_default());

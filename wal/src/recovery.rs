@@ -8,7 +8,7 @@
 use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
 use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Walked, Walker, Window};
-use crate::stale::{table_len, table_offset, Owner, StaleTable};
+use crate::stale::{table_range, Owner, StaleTable};
 use crate::storage::{FileId, Mapping, Storage};
 use std::cell::Cell;
 use zerocopy::FromBytes;
@@ -192,8 +192,7 @@ fn valid_header(storage: &dyn Storage, seq: u64) -> Result<Option<SegmentHeader>
         let mut b = [0u8; SEGMENT_HEADER_LEN];
         Ok((storage.read_at(f, 0, &mut b)? == SEGMENT_HEADER_LEN).then_some(b))
     })?;
-    Ok(b.and_then(|b| SegmentHeader::read_from_bytes(&b).ok())
-        .filter(|h| h.magic == SEGMENT_MAGIC && h.header_crc.get() == h.compute_crc()))
+    Ok(b.and_then(|b| SegmentHeader::self_valid(&b)))
 }
 
 fn damage_at(verdict: CrcVerdict, kind: DamageKind, segment: u64, offset: u64) -> Damage {
@@ -310,9 +309,9 @@ fn walk_file(
     w.zeros_from(written);
     if header.is_recycled() {
         // Its stale table, read whole; one that does not check out is judged by the map path.
-        let (at, n) = (table_offset(header.segment_len.get()), table_len(header.segment_len.get()));
-        let mut region = vec![0u8; n];
-        if storage.read_at(f, at as u64, &mut region)? != n {
+        let at = table_range(header.segment_len.get());
+        let mut region = vec![0u8; at.len()];
+        if storage.read_at(f, at.start as u64, &mut region)? != at.len() {
             return redo(None);
         }
         match StaleTable::parse(&region, header.segment_len.get(), Owner::of(&header)) {

@@ -47,6 +47,12 @@ pub const fn table_len(segment_len: u32) -> usize {
     table_sectors(segment_len).1 * SECTOR
 }
 
+/// The byte range of the stale table of a segment of `segment_len` bytes.
+pub const fn table_range(segment_len: u32) -> std::ops::Range<usize> {
+    let at = table_offset(segment_len);
+    at..at + table_len(segment_len)
+}
+
 /// Where a segment's data must end: before the stale table of a recycled segment, before the
 /// footer slot of any other.
 pub const fn data_limit(segment_len: u32, recycled: bool) -> usize {
@@ -134,8 +140,7 @@ impl StaleTable {
     /// The table of the whole file `file` of a segment of `segment_len` bytes, if it holds one
     /// of `owner`'s.
     pub fn find(file: &[u8], segment_len: u32, owner: Owner) -> Option<Arc<StaleTable>> {
-        let at = table_offset(segment_len);
-        StaleTable::parse(file.get(at..at + table_len(segment_len))?, segment_len, owner).map(Arc::new)
+        StaleTable::parse(file.get(table_range(segment_len))?, segment_len, owner).map(Arc::new)
     }
 
     /// Does sector number `sector`, holding `bytes`, read as its old contents?

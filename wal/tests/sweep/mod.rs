@@ -1021,8 +1021,7 @@ fn data_sectors(bytes: &[u8]) -> Vec<usize> {
 
 /// A recycled segment file's stale table.
 fn stale_table(bytes: &[u8]) -> Option<Arc<wal::stale::StaleTable>> {
-    use zerocopy::FromBytes;
-    let h = wal::format::SegmentHeader::read_from_bytes(bytes.get(..64)?).ok()?;
+    let h = wal::format::SegmentHeader::self_valid(bytes)?;
     let len = h.segment_len.get();
     (h.is_recycled() && len as usize == bytes.len())
         .then(|| wal::stale::StaleTable::find(bytes, len, wal::stale::Owner::of(&h)))
