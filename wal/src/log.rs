@@ -209,6 +209,14 @@ pub struct PurgeReport {
     pub floor_segment: u64,
 }
 
+/// A pre-created segment file after the last one holding records, which never took a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Spare {
+    pub(crate) seq: u64,
+    /// Made of a recycled file: the header it gets must say so (FORMAT.md section 2.2).
+    pub(crate) recycled: bool,
+}
+
 /// The segment being appended to.
 #[derive(Debug)]
 pub(crate) struct Active {
@@ -244,9 +252,7 @@ pub struct Wal {
     pub(crate) meta: MetaFile,
     pub(crate) segments: Vec<SegmentInfo>,
     pub(crate) active: Option<Active>,
-    pub(crate) spares: Vec<u64>,
-    /// The spares made of recycled files: their headers must say so (FORMAT.md section 2.2).
-    pub(crate) recycled_spares: Vec<u64>,
+    pub(crate) spares: Vec<Spare>,
     /// Purged segment files set aside for reuse, by the sequence they had, ascending.
     pub(crate) pool: Vec<u64>,
     /// The segments that replays of this process have mapped (never overwritten meanwhile).
@@ -599,7 +605,8 @@ impl Wal {
         let name = segment_file_name(seq);
         self.choose_fill();
         self.finish_preparing(Some(seq));
-        let (file, recycled) = if self.spares.contains(&seq) {
+        let spare = self.spares.iter().find(|s| s.seq == seq).copied();
+        let (file, recycled) = if let Some(spare) = spare {
             let f =
                 self.storage.open(&name, false).map_err(|e| self.fail_io("opening a spare segment", e))?;
             let len = self.storage.len(f).map_err(|e| self.fail_io("sizing a spare segment", e))?;
@@ -608,7 +615,7 @@ impl Wal {
                 self.storage.remove(&name).map_err(|e| self.fail_io("replacing a spare segment", e))?;
                 (self.create_segment(&name, seg_len)?, false)
             } else {
-                (f, self.recycled_spares.contains(&seq))
+                (f, spare.recycled)
             }
         } else if let Some(f) = self.recycle_into(seq, seg_len)? {
             (f, true)
@@ -616,8 +623,7 @@ impl Wal {
             self.check_budget("a new segment")?;
             (self.create_segment(&name, seg_len)?, false)
         };
-        self.spares.retain(|&s| s != seq);
-        self.recycled_spares.retain(|&s| s != seq);
+        self.spares.retain(|s| s.seq != seq);
         let mut header = SegmentHeader::new(self.meta.log_id, seg_len, seq, self.next_seq, self.last_crc);
         if recycled {
             header = header.recycled();
@@ -633,6 +639,14 @@ impl Wal {
         let lsn = self.logical.next_lsn;
         self.stage(Kind::State, 0, lsn, &state);
         Ok(())
+    }
+
+    /// The active segment took no record after all: its file is a spare again.
+    fn active_back_to_spares(&mut self) {
+        if let Some(a) = self.active.take() {
+            self.storage.close(a.file);
+            self.spares.push(Spare { seq: a.seq, recycled: a.header.is_recycled() });
+        }
     }
 
     /// Segment files on disk: the ones holding records, the active one, spares.
@@ -684,7 +698,10 @@ impl Wal {
     /// Prepares segment `seq` (zero-filled, synced, durable in the directory) on a helper thread,
     /// so the rotation that needs it does not wait for it.
     pub(crate) fn prepare_next(&mut self, seq: u64) {
-        if !self.opts.prepare_in_background || self.spares.contains(&seq) || self.preparing.is_some() {
+        if !self.opts.prepare_in_background
+            || self.spares.iter().any(|s| s.seq == seq)
+            || self.preparing.is_some()
+        {
             return;
         }
         // A set-aside file, or a new one within the budget.
@@ -722,10 +739,7 @@ impl Wal {
                 _ => None,
             };
             if let (Some(recycled), true) = (done, Some(s) == seq) {
-                self.spares.push(s);
-                if recycled {
-                    self.recycled_spares.push(s);
-                }
+                self.spares.push(Spare { seq: s, recycled });
             }
         }
     }
@@ -969,13 +983,7 @@ impl Wal {
         self.staged = Staged::default();
         if off == 0 {
             // The batch carried the segment header: the file is a spare again.
-            if let Some(a) = self.active.take() {
-                self.storage.close(a.file);
-                self.spares.push(a.seq);
-                if a.header.is_recycled() {
-                    self.recycled_spares.push(a.seq);
-                }
-            }
+            self.active_back_to_spares();
         }
         err
     }
@@ -1031,13 +1039,7 @@ impl Wal {
         let (file, seq, index, header_len) = (a.file, a.seq, a.index.clone(), a.header.segment_len.get());
         let Some(info) = self.segments.last().filter(|s| s.seq == seq) else {
             // Nothing was ever written into it: leave it as a spare.
-            if let Some(a) = self.active.take() {
-                self.storage.close(a.file);
-                self.spares.push(a.seq);
-                if a.header.is_recycled() {
-                    self.recycled_spares.push(a.seq);
-                }
-            }
+            self.active_back_to_spares();
             return Ok(());
         };
         let c = &info.counts;

@@ -5,7 +5,7 @@ use crate::batch::FRAME_LEN;
 use crate::error::{CrcVerdict, Error, Result};
 use crate::format::*;
 use crate::lifecycle::{cut_tail, init, sync_dir, sync_unsealed};
-use crate::log::{Active, Backend, OpenReport, Options, Staged, Wal, STATE_MAX_LEN};
+use crate::log::{Active, Backend, OpenReport, Options, Spare, Staged, Wal, STATE_MAX_LEN};
 use crate::recovery::{self, LogScan, RecoveryMode};
 use crate::scan::Logical;
 use crate::storage::{FileStorage, LockGuard, Storage};
@@ -161,8 +161,11 @@ impl Wal {
             meta,
             segments: scan.segments,
             active: None,
-            spares: scan.spares,
-            recycled_spares: scan.recycled_spares,
+            spares: scan
+                .spares
+                .iter()
+                .map(|&seq| Spare { seq, recycled: scan.recycled_spares.contains(&seq) })
+                .collect(),
             pool,
             pins: Default::default(),
             next_seq: scan.next_seq,
