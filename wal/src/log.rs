@@ -905,9 +905,11 @@ impl Wal {
         };
         let (seq_after, crc_after) = seal_batch(&mut buf, &frame, self.next_seq, prev, self.durable_seq);
         let len = buf.len() as u64;
-        // Whole sectors: the padding to the next batch is written, not left to the file's old
-        // bytes, which in a recycled segment are not zero (FORMAT.md section 2.2).
-        buf.resize(buf.len().next_multiple_of(SECTOR), 0);
+        if header.is_recycled() {
+            // Whole sectors: the padding to the next batch is written, not left to the file's
+            // old bytes, which here are not zero (FORMAT.md section 2.2). A new file's are.
+            buf.resize(buf.len().next_multiple_of(SECTOR), 0);
+        }
         self.token += 1;
         let returned = match storage::complete_keeping(
             &*self.storage,
