@@ -136,3 +136,89 @@ fn an_interrupted_creation_and_a_directory_without_a_log() {
     assert_eq!(j["crc"], "INCOMPLETE_CREATE");
     assert_eq!(j["exit_code"], 7);
 }
+
+/// FORMAT.md section 3.1: a checkpoint record's LSN is below the next LSN where it stands (a
+/// writer refuses anything else: `Wal::checkpoint`). One for the next LSN itself, which no
+/// writer can produce, checks out but breaks that rule: CORRUPT, never a replay verdict.
+#[test]
+fn a_checkpoint_for_the_next_lsn_is_corrupt_not_divergent() {
+    let d = tempfile::tempdir().unwrap();
+    let opts = Options { segment_len_bytes: 64 * 1024, ..Options::default() };
+    let (mut log, _) = Wal::open(d.path(), opts.clone()).unwrap();
+    let mut a = Applier::new(Catalog::new(), 1 << 20);
+    for i in 1..=3u64 {
+        let e = create(&format!("lake{i}"));
+        log.append(Epoch(0), &e).unwrap();
+        a.apply(Lsn(i), Epoch(0), &e).unwrap();
+    }
+    log.sync().unwrap();
+    log.checkpoint(Epoch(0), Lsn(3), &a.checkpoint()).unwrap();
+    log.sync().unwrap();
+    log.abandon();
+    // Forge the checkpoint (the last record: nothing chains to it) to say LSN 4, both checksums
+    // recomputed.
+    let st = wal::storage::FileStorage::new(d.path(), false).unwrap();
+    let mut at = None;
+    wal::scan_log_with(&st, wal::Depth::Full, &mut |seg, r| {
+        if r.kind == wal::format::Kind::Checkpoint {
+            at = Some((seg, r.offset as usize, r.payload.len()));
+        }
+    })
+    .unwrap();
+    let (seg, off, len) = at.unwrap();
+    let path = d.path().join(wal::format::segment_file_name(seg));
+    let mut b = std::fs::read(&path).unwrap();
+    b[off + 24..off + 32].copy_from_slice(&4u64.to_le_bytes());
+    let header_crc = crc32c(&b[off + 8..off + 48]);
+    b[off + 4..off + 8].copy_from_slice(&header_crc.to_le_bytes());
+    let crc = crc32c(&b[off + 4..off + 48 + len]);
+    b[off..off + 4].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, b).unwrap();
+
+    let (code, out, _) = walcheck(&["verify", "--json", d.path().to_str().unwrap()]);
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["crc"], "CORRUPT", "{j}");
+    assert_eq!(code, 3, "{j}");
+    assert_eq!(j["damage"]["offset"], off as u64, "{j}");
+    assert!(Wal::open(d.path(), opts).is_err(), "a writer refuses a CORRUPT log");
+}
+
+/// CRC-32C (Castagnoli, reflected, init and final xor 0xFFFFFFFF), bit by bit: the parameters
+/// FORMAT.md gives, independently of the engine's implementation.
+fn crc32c(bytes: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in bytes {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 { (c >> 1) ^ 0x82F6_3B78 } else { c >> 1 };
+        }
+    }
+    !c
+}
+
+#[test]
+fn crc32c_parameters_as_format_md_gives_them() {
+    // The standard check value of CRC-32C, and a record checksum of a committed fixture.
+    assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+    let b = std::fs::read(format!("{}/{}", fixture("clean"), wal::format::segment_file_name(1))).unwrap();
+    let stored = u32::from_le_bytes(b[60..64].try_into().unwrap());
+    assert_eq!(crc32c(&b[..60]), stored, "the segment header's header_crc");
+}
+
+/// FORMAT.md section 10.3: a checkpoint below the next LSN that no live entry reaches (a Reset
+/// moved the next LSN past it) passes the scan, and replay meets it before any entry it covers:
+/// DIVERGENT, not CORRUPT.
+#[test]
+fn a_checkpoint_no_live_entry_reaches_is_divergent() {
+    let d = tempfile::tempdir().unwrap();
+    seam_log(d.path(), 3);
+    let (mut log, _) = Wal::open(d.path(), Options::default()).unwrap();
+    log.reset(Epoch(0), Lsn(10)).unwrap();
+    let a = Applier::new(Catalog::new(), 1 << 20);
+    log.checkpoint(Epoch(0), Lsn(5), &a.checkpoint()).unwrap();
+    log.close().unwrap();
+    let (code, out, _) = walcheck(&["verify", "--json", d.path().to_str().unwrap()]);
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((j["crc"].as_str(), j["state"].as_str(), code), (Some("OK"), Some("DIVERGENT"), 4), "{j}");
+    assert_eq!(j["state_detail"]["divergence"]["lsn"], 5, "{j}");
+}
