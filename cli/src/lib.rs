@@ -45,7 +45,8 @@ Exit codes (the highest applicable one wins):
   0   OK: CRC OK and STATE CLEAN or NOT_CHECKED (compare: AGREE)
   1   TORN_TAIL: a crash cut the unacknowledged last batch; `repair` cuts it
   2   CORRUPT_TAIL: damage in the unattested last batch without evidence of a torn write
-  3   CORRUPT: damage in acknowledged data (segment, offset and LSN are printed)
+  3   CORRUPT: damage in attested data, or a record that checks out but breaks a rule
+      (segment, offset and LSN are printed)
   4   DIVERGENT: the replayed state disagrees with a checkpoint, a --state file or a replica
   5   IO_ERROR: the log could not be read, or the report could not be written to stdout
   6   UNSUPPORTED_VERSION: a format or state-machine version this build does not know

@@ -227,7 +227,7 @@ pub fn no_log_text(n: NoLog) -> &'static str {
     match n {
         NoLog::Absent => "no log here: neither wal.meta nor a segment file",
         NoLog::InterruptedCreation => {
-            "an interrupted creation: blank segment file(s) and no wal.meta; nothing was acknowledged in it (a writer creates the log anew)"
+            "an interrupted creation: blank segment file(s) and no wal.meta; nothing was acknowledged in it (a writer opening with `create` starts the log anew)"
         }
     }
 }
