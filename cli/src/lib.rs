@@ -18,9 +18,9 @@
 //! std::process::exit(walcheck::run_with(std::env::args_os(), &spec));
 //! ```
 //!
-//! Exit codes (DESIGN.md): 0 OK, 1 TORN_TAIL, 2 CORRUPT_TAIL, 3 CORRUPT, 4 DIVERGENT, 5 IO_ERROR,
-//! 6 UNSUPPORTED_VERSION, 64 usage error. The most severe verdict wins. A closed output pipe ends
-//! quietly with the verdict's code, never with 0 for a bad log.
+//! Exit codes: see [`EXIT_CODES`] (also in `--help` and `cli/README.md`). The highest code wins.
+//! A closed output pipe ends quietly with the verdict's code, never with 0 for a bad log; any
+//! other failure to write the report (a full disk, an I/O error) is said on stderr and exits 5.
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -28,20 +28,47 @@ use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use verifier::compare::compare_replicas;
-use verifier::report::{describe, EXIT_IO_ERROR};
+use verifier::report::{describe, no_log_text, NoLog, EXIT_IO_ERROR};
 use verifier::state::{verify_with_state, StateMachineSpec, StateOptions};
 use verifier::{Progress, VerifyOptions};
 use wal::format::Kind;
 use wal::state::StateMachine;
 
-/// Exit code for bad arguments.
-pub const EXIT_USAGE: i32 = 64;
+/// Exit code for bad arguments, a missing path, a directory holding no log, or a `--base` or
+/// `--state` file that cannot be used.
+pub use verifier::report::EXIT_USAGE;
 
+/// The exit codes, as `--help` lists them. With several verdicts (CRC, state, a failed write
+/// of the report) the highest code wins.
+pub const EXIT_CODES: &str = "\
+Exit codes (the highest applicable one wins):
+  0   OK: CRC OK and STATE CLEAN or NOT_CHECKED (compare: AGREE)
+  1   TORN_TAIL: a crash cut the unacknowledged last batch; `repair` cuts it
+  2   CORRUPT_TAIL: damage in the unattested last batch without evidence of a torn write
+  3   CORRUPT: damage in attested data, or a record that checks out but breaks a rule
+      (segment, offset and LSN are printed)
+  4   DIVERGENT: the replayed state disagrees with a checkpoint, a --state file or a replica
+  5   IO_ERROR: the log could not be read, or the report could not be written to stdout
+  6   UNSUPPORTED_VERSION: a format or state-machine version this build does not know
+  7   INCOMPLETE_CREATE: blank segments and no wal.meta: a creation was interrupted before
+      anything was acknowledged
+  8   NOT_COMPARED: compare had nothing to compare (a replica holds no entries, or the
+      replicas share no LSN)
+  64  usage: bad arguments, a path that does not exist, a directory holding no log, a
+      --base or --state file that is not a usable snapshot";
+
+mod escape;
 mod repair;
+use escape::escape_bytes;
 use repair::repair;
 
 #[derive(Parser, Debug)]
-#[command(name = "walcheck", version, about = "Verify, inspect and repair a wal log directory")]
+#[command(
+    name = "walcheck",
+    version,
+    about = "Verify, inspect and repair a wal log directory",
+    after_help = EXIT_CODES
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -117,25 +144,50 @@ enum PayloadMode {
     Text,
 }
 
-/// Standard output that turns a closed pipe into a quiet stop.
+/// Standard output that turns a closed pipe into a quiet stop, and remembers any other failure
+/// to write (a full disk, an I/O error) so that the run can say so and not exit 0.
 pub(crate) struct Out {
     w: std::io::Stdout,
     closed: bool,
+    failed: Option<std::io::Error>,
 }
 
 impl Out {
     fn new() -> Out {
-        Out { w: std::io::stdout(), closed: false }
+        Out { w: std::io::stdout(), closed: false, failed: None }
     }
 
     pub(crate) fn line(&mut self, s: &str) {
         if self.closed {
             return;
         }
-        let r = writeln!(self.w.lock(), "{s}");
-        if r.is_err() {
-            // EPIPE (or any failure to write): stop printing; the exit code still tells.
-            self.closed = true;
+        if let Err(e) = writeln!(self.w.lock(), "{s}") {
+            self.stop(e);
+        }
+    }
+
+    fn stop(&mut self, e: std::io::Error) {
+        // A closed pipe (`walcheck dump | head`) is the reader's choice: stop printing, the
+        // exit code still tells the verdict. Anything else lost the report.
+        self.closed = true;
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            self.failed = Some(e);
+        }
+    }
+
+    /// Flushes, and turns a lost report into a message and exit code 5 (never lower than `code`).
+    fn finish(mut self, code: i32) -> i32 {
+        if !self.closed {
+            if let Err(e) = self.w.lock().flush() {
+                self.stop(e);
+            }
+        }
+        match self.failed {
+            Some(e) => {
+                eprintln!("walcheck: writing to standard output failed: {e}");
+                code.max(EXIT_IO_ERROR)
+            }
+            None => code,
         }
     }
 }
@@ -188,19 +240,21 @@ where
         Cmd::Compare { dirs, .. } => dirs.iter().collect(),
     };
     for dir in dirs {
-        if !dir.is_dir() {
-            eprintln!("walcheck: {}: not a directory", dir.display());
+        if let Err(why) = usable_path(dir, true) {
+            eprintln!("walcheck: {}: {why}", dir.display());
             return EXIT_USAGE;
         }
     }
-    if let Cmd::Verify { base: Some(p), .. } | Cmd::Verify { state: Some(p), .. } = &cli.cmd {
-        if !p.is_file() {
-            eprintln!("walcheck: {}: not a file", p.display());
-            return EXIT_USAGE;
+    if let Cmd::Verify { base, state, .. } = &cli.cmd {
+        for p in [base, state].into_iter().flatten() {
+            if let Err(why) = usable_path(p, false) {
+                eprintln!("walcheck: {}: {why}", p.display());
+                return EXIT_USAGE;
+            }
         }
     }
     let mut out = Out::new();
-    match &cli.cmd {
+    let code = match &cli.cmd {
         Cmd::Verify { dir, quick, json, base, state, max_differences } => {
             let st = StateOptions { base: base.clone(), state: state.clone(), diff_limit: *max_differences };
             if *quick && (base.is_some() || state.is_some()) {
@@ -217,7 +271,25 @@ where
         Cmd::Repair { dir, lossy, dry_run, backup } => {
             repair(&mut out, dir, *lossy, *dry_run, backup.as_deref())
         }
+    };
+    out.finish(code)
+}
+
+/// Whether `p` can be what the command names: a directory (`dir`) or a file. Says what it is
+/// otherwise: missing, or the other kind.
+fn usable_path(p: &Path, dir: bool) -> Result<(), &'static str> {
+    match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("does not exist"),
+        Err(_) => Err("cannot be examined (permissions?)"),
+        Ok(m) if dir && !m.is_dir() => Err("not a directory"),
+        Ok(m) if !dir && !m.is_file() => Err("not a regular file"),
+        Ok(_) => Ok(()),
     }
+}
+
+/// A directory holding no log: said on stderr (an absent log is a usage error).
+fn say_no_log(dir: &Path, n: NoLog) {
+    eprintln!("walcheck: {}: {}", dir.display(), no_log_text(n));
 }
 
 fn color() -> bool {
@@ -260,6 +332,12 @@ fn verify<S: StateMachine>(
     if let Some(e) = &report.io_error {
         eprintln!("walcheck: {e}");
     }
+    if let Some(n) = report.no_log {
+        say_no_log(dir, n);
+    }
+    if let Some(verifier::state::StateVerdict::BadInput(why)) = report.state.as_ref().map(|s| &s.verdict) {
+        eprintln!("walcheck: {why}");
+    }
     report.exit_code()
 }
 
@@ -268,14 +346,7 @@ fn compare<S: StateMachine>(out: &mut Out, dirs: &[PathBuf], json: bool, spec: &
     if json {
         out.line(&report.to_json().to_string());
     } else {
-        let why = match &report.verdict {
-            verifier::compare::ReplicaVerdict::Agree => String::new(),
-            verifier::compare::ReplicaVerdict::Differ(w)
-            | verifier::compare::ReplicaVerdict::NotChecked(w)
-            | verifier::compare::ReplicaVerdict::Unreadable(w) => {
-                format!(": {w}")
-            }
-        };
+        let why = report.verdict.reason().map_or(String::new(), |w| format!(": {w}"));
         let range = report.common.map_or("-".to_string(), |(a, b)| format!("{a}..{b}"));
         out.line(&format!(
             "replicas {}  common LSN {range}, {} entries compared{why}",
@@ -301,8 +372,17 @@ fn compare<S: StateMachine>(out: &mut Out, dirs: &[PathBuf], json: bool, spec: &
 fn stat(out: &mut Out, dir: &Path, json: bool) -> i32 {
     let report = verifier::verify(dir, &VerifyOptions { quick: false }, &mut progress(!json));
     end_progress(!json);
+    if let Some(n) = report.no_log {
+        say_no_log(dir, n);
+    }
     if json {
-        out.line(&report.to_json()["stats"].to_string());
+        // The statistics at the top level, with the verdicts and the damage beside them.
+        let mut j = report.to_json();
+        let mut stats = j["stats"].take();
+        for key in ["crc", "state", "exit_code", "live", "damage", "live_tail", "io_error", "no_log"] {
+            stats[key] = j[key].take();
+        }
+        out.line(&stats.to_string());
         return report.exit_code();
     }
     let s = &report.stats;
@@ -364,7 +444,7 @@ fn show_payload(p: &[u8], mode: PayloadMode, max: usize) -> Option<String> {
     match mode {
         PayloadMode::None => None,
         PayloadMode::Hex => Some(shown.iter().map(|b| format!("{b:02x}")).collect::<String>() + more),
-        PayloadMode::Text => Some(String::from_utf8_lossy(shown).into_owned() + more),
+        PayloadMode::Text => Some(escape_bytes(shown) + more),
     }
 }
 
@@ -406,6 +486,13 @@ fn dump(out: &mut Out, dir: &Path, json: bool, mode: PayloadMode, max: usize) ->
                 eprintln!("walcheck: {}", describe(d));
             }
             scan.verdict.exit_code()
+        }
+        Err(wal::Error::NotFound(_)) => {
+            let report = verifier::verify(dir, &VerifyOptions { quick: true }, &mut |_| {});
+            if let Some(n) = report.no_log {
+                say_no_log(dir, n);
+            }
+            report.exit_code()
         }
         Err(e) => {
             eprintln!("walcheck: {e}");

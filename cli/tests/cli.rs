@@ -179,9 +179,10 @@ fn usage_errors_exit_64() {
 }
 
 #[test]
-fn a_directory_without_a_log_is_an_io_error() {
+fn a_directory_without_a_log_is_a_usage_error() {
+    // Not a disk error: monitoring reads 5 as one (issue 22).
     let d = tempfile::tempdir().unwrap();
     let (code, out, err) = walcheck(&["verify", d.path().to_str().unwrap()]);
-    assert_eq!(code, 5, "{out}{err}");
-    assert!(out.contains("IO_ERROR"), "{out}");
+    assert_eq!(code, 64, "{out}{err}");
+    assert!(!out.contains("IO_ERROR") && out.contains("NO_LOG"), "{out}");
 }

@@ -21,16 +21,30 @@ pub enum ReplicaVerdict {
     Differ(String),
     /// The logs could not be compared, with why.
     NotChecked(String),
+    /// There was nothing to compare: a replica holds no entries or they share no LSN.
+    NotCompared(String),
     /// A log could not be read (IO_ERROR), with where.
     Unreadable(String),
 }
 
 impl ReplicaVerdict {
+    /// Why, for every verdict but AGREE.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ReplicaVerdict::Agree => None,
+            ReplicaVerdict::Differ(w)
+            | ReplicaVerdict::NotChecked(w)
+            | ReplicaVerdict::NotCompared(w)
+            | ReplicaVerdict::Unreadable(w) => Some(w),
+        }
+    }
+
     pub fn word(&self) -> &'static str {
         match self {
             ReplicaVerdict::Agree => "AGREE",
             ReplicaVerdict::Differ(_) => "DIVERGENT",
             ReplicaVerdict::NotChecked(_) => "NOT_CHECKED",
+            ReplicaVerdict::NotCompared(_) => "NOT_COMPARED",
             ReplicaVerdict::Unreadable(_) => "IO_ERROR",
         }
     }
@@ -61,22 +75,23 @@ pub struct ReplicaReport {
 }
 
 impl ReplicaReport {
-    /// 0 when they agree, 4 (DIVERGENT) when they differ, 5 when one could not be read, and
-    /// never less than the worst replica's CRC code.
+    /// 0 when they agree, 4 (DIVERGENT) when they differ, 5 when one could not be read, 8
+    /// when there was nothing to compare, and never less than the worst replica's CRC code.
     pub fn exit_code(&self) -> i32 {
         let worst = self.replicas.iter().map(|r| r.crc_code).max().unwrap_or(0);
         match self.verdict {
             ReplicaVerdict::Agree => worst,
             ReplicaVerdict::Differ(_) => worst.max(4),
             ReplicaVerdict::NotChecked(_) => worst,
-            ReplicaVerdict::Unreadable(_) => worst.max(5),
+            ReplicaVerdict::NotCompared(_) => worst.max(crate::report::EXIT_NOT_COMPARED),
+            ReplicaVerdict::Unreadable(_) => worst.max(crate::report::EXIT_IO_ERROR),
         }
     }
 
     pub fn to_json(&self) -> Value {
         json!({
             "verdict": self.verdict.word(),
-            "reason": match &self.verdict { ReplicaVerdict::Agree => None, ReplicaVerdict::Differ(w) | ReplicaVerdict::NotChecked(w) | ReplicaVerdict::Unreadable(w) => Some(w.clone()) },
+            "reason": self.verdict.reason(),
             "common": self.common.map(|(a, b)| json!([a.0, b.0])),
             "entries_compared": self.entries_compared,
             "replicas": self.replicas.iter().map(|r| json!({
@@ -131,11 +146,23 @@ pub enum Apart {
 /// compared.
 pub fn lockstep<E: std::fmt::Display>(
     dirs: &[PathBuf],
+    range: (u64, u64),
+    unit: &str,
+    next: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>, E>,
+) -> Result<u64, Apart> {
+    let mut compared = 0;
+    lockstep_counting(dirs, range, unit, next, &mut compared).map(|()| compared)
+}
+
+/// [`lockstep`], counting in `compared` the positions that matched, also when it stops at a
+/// difference (then: the positions before it).
+pub fn lockstep_counting<E: std::fmt::Display>(
+    dirs: &[PathBuf],
     (lo, hi): (u64, u64),
     unit: &str,
     mut next: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>, E>,
-) -> Result<u64, Apart> {
-    let mut compared = 0u64;
+    compared: &mut u64,
+) -> Result<(), Apart> {
     // Bounded by the entries of the shortest log: every round consumes one entry of each.
     loop {
         let mut first: Option<(usize, u64, Vec<u8>)> = None;
@@ -171,8 +198,8 @@ pub fn lockstep<E: std::fmt::Display>(
             }
         }
         match (ended, first) {
-            (None, _) => compared += 1,
-            (Some(_), None) => return Ok(compared),
+            (None, _) => *compared += 1,
+            (Some(_), None) => return Ok(()),
             (Some(i), Some(_)) => {
                 return Err(Apart::Differ(format!(
                     "{} ends before {unit} {hi}, which every log claims to hold",
@@ -234,12 +261,18 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
     let lo = report.replicas.iter().map(|r| r.first_lsn).max().flatten();
     let hi = report.replicas.iter().map(|r| r.last_lsn).min().flatten();
     let (Some(lo), Some(hi)) = (lo, hi) else {
-        report.verdict = ReplicaVerdict::NotChecked("a replica holds no entries".into());
+        let empty: Vec<String> = report
+            .replicas
+            .iter()
+            .filter(|r| r.last_lsn.is_none())
+            .map(|r| r.dir.display().to_string())
+            .collect();
+        report.verdict = ReplicaVerdict::NotCompared(format!("{} holds no entries", empty.join(", ")));
         return report;
     };
     if lo > hi {
         report.verdict =
-            ReplicaVerdict::NotChecked(format!("the replicas share no LSN (common start {lo}, end {hi})"));
+            ReplicaVerdict::NotCompared(format!("the replicas share no LSN (common start {lo}, end {hi})"));
         return report;
     }
     report.common = Some((lo, hi));
@@ -260,12 +293,13 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
         }
         replayers.push(Replayer::new(Applier::new((spec.fresh)(), window)));
     }
-    let compared = lockstep(dirs, (lo.0, hi.0), "LSN", |i| {
+    let next = |i: usize| {
         let (r, rp) = (&mut replays[i], &mut replayers[i]);
         next_entry(r, rp, hi).map(|e| e.map(|(l, p)| (l.0, p)))
-    });
-    match compared {
-        Ok(n) => report.entries_compared = n,
+    };
+    let walked = lockstep_counting(dirs, (lo.0, hi.0), "LSN", next, &mut report.entries_compared);
+    match walked {
+        Ok(()) => {}
         Err(Apart::Differ(why)) => {
             report.verdict = ReplicaVerdict::Differ(why);
             return report;

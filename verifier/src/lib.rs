@@ -71,9 +71,22 @@ pub fn verify_visiting(
     let depth = if opts.quick { Depth::Quick } else { Depth::Full };
     match wal::scan_log_with(&storage, depth, &mut visit) {
         Ok(scan) => report.absorb(scan, &storage),
+        Err(wal::Error::NotFound(_)) => report.no_log = Some(no_log_kind(&storage)),
         Err(e) => report.io_error = Some(e.to_string()),
     }
     report
+}
+
+/// Which kind of no-log a directory the scan found without one is: the scan says "not found"
+/// for a directory without `wal.meta` that holds no segment file or only blank ones.
+fn no_log_kind(storage: &ReadOnlyDir) -> report::NoLog {
+    use wal::storage::Storage;
+    let segments = storage.list().unwrap_or_default();
+    if segments.iter().any(|n| wal::format::parse_segment_file_name(n).is_some()) {
+        report::NoLog::InterruptedCreation
+    } else {
+        report::NoLog::Absent
+    }
 }
 
 impl Stats {

@@ -4,8 +4,31 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use wal::{CrcVerdict, Damage};
 
-/// Exit code for a log that could not be read (DESIGN.md).
+/// Exit code for a log that could not be read (DESIGN.md), or for a report that could not be
+/// written out.
 pub const EXIT_IO_ERROR: i32 = 5;
+
+/// Exit code for a directory holding only an interrupted creation: blank segments and no
+/// `wal.meta` (FORMAT.md section 9, Create). Nothing was ever acknowledged in it, so it is
+/// neither damage nor a disk error.
+pub const EXIT_INCOMPLETE_CREATE: i32 = 7;
+
+/// Exit code for `walcheck compare` when there was nothing to compare: a replica holds no
+/// entries, or the replicas share no LSN.
+pub const EXIT_NOT_COMPARED: i32 = 8;
+
+/// Exit code for an invocation that cannot be carried out: bad arguments, a path that does
+/// not exist, a directory holding no log, a `--base` or `--state` file that cannot be used.
+pub const EXIT_USAGE: i32 = 64;
+
+/// What a directory holds when it holds no log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoLog {
+    /// Neither `wal.meta` nor a segment file: not a log directory (a usage error).
+    Absent,
+    /// Blank segments without `wal.meta`: a creation interrupted before it finished.
+    InterruptedCreation,
+}
 
 /// What a scan counted (records as walked; a quick check walks none).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -47,6 +70,8 @@ pub struct Report {
     pub damage: Option<Damage>,
     /// The log could not be read: what failed, with the file.
     pub io_error: Option<String>,
+    /// The directory holds no log (then `io_error` is `None`).
+    pub no_log: Option<NoLog>,
     /// A writer held the lock while we read.
     pub live: bool,
     /// On a live log: the unattested tail that is being written, not judged.
@@ -64,6 +89,7 @@ impl Report {
             crc: CrcVerdict::Ok,
             damage: None,
             io_error: None,
+            no_log: None,
             live: false,
             live_tail: None,
             stats: Stats::default(),
@@ -71,10 +97,16 @@ impl Report {
         }
     }
 
-    /// The CRC verdict word (IO_ERROR when the log could not be read).
+    /// The CRC verdict word (IO_ERROR when the log could not be read, INCOMPLETE_CREATE for an
+    /// interrupted creation, NO_LOG for a directory without one).
     pub fn crc_word(&self) -> &'static str {
         if self.io_error.is_some() {
             "IO_ERROR"
+        } else if let Some(n) = self.no_log {
+            match n {
+                NoLog::Absent => "NO_LOG",
+                NoLog::InterruptedCreation => "INCOMPLETE_CREATE",
+            }
         } else {
             self.crc.as_str()
         }
@@ -92,6 +124,11 @@ impl Report {
         if self.io_error.is_some() {
             return EXIT_IO_ERROR.max(self.crc.exit_code()).max(state);
         }
+        match self.no_log {
+            Some(NoLog::Absent) => return EXIT_USAGE,
+            Some(NoLog::InterruptedCreation) => return EXIT_INCOMPLETE_CREATE,
+            None => {}
+        }
         self.crc.exit_code().max(state)
     }
 
@@ -107,6 +144,7 @@ impl Report {
             "damage": self.damage.as_ref().map(damage_json),
             "live_tail": self.live_tail.as_ref().map(damage_json),
             "io_error": self.io_error,
+            "no_log": self.no_log.map(no_log_text),
             "state_detail": self.state.as_ref().map(|s| s.to_json()),
             "stats": {
                 "segments": s.segments, "sealed": s.sealed, "spares": s.spares, "leftovers": s.leftovers,
@@ -131,7 +169,7 @@ impl Report {
                 "OK" | "CLEAN" => "32",
                 "NOT_CHECKED" => "2",
                 "UNSUPPORTED_VERSION" => "35;1",
-                "TORN_TAIL" | "CORRUPT_TAIL" => "33",
+                "TORN_TAIL" | "CORRUPT_TAIL" | "INCOMPLETE_CREATE" => "33",
                 _ => "31;1",
             };
             format!("\x1b[{code}m{word}\x1b[0m")
@@ -148,6 +186,9 @@ impl Report {
         }
         if let Some(e) = &self.io_error {
             out += &format!("  could not read the log: {e}\n");
+        }
+        if let Some(n) = self.no_log {
+            out += &format!("  {}\n", no_log_text(n));
         }
         if let Some(st) = &self.state {
             out += &format!("  {} {}\n", st.verdict.word(), st.summary());
@@ -178,6 +219,16 @@ impl Report {
             opt(s.epoch)
         );
         out
+    }
+}
+
+/// What a directory without a log holds, for humans.
+pub fn no_log_text(n: NoLog) -> &'static str {
+    match n {
+        NoLog::Absent => "no log here: neither wal.meta nor a segment file",
+        NoLog::InterruptedCreation => {
+            "an interrupted creation: blank segment file(s) and no wal.meta; nothing was acknowledged in it (a writer opening with `create` starts the log anew)"
+        }
     }
 }
 

@@ -62,12 +62,16 @@ pub enum StateVerdict {
     Unsupported(String),
     /// The replay could not read the log (IO_ERROR), with where.
     Unreadable(String),
+    /// A file named on the command line (`--base`, `--state`) cannot be used: not a snapshot,
+    /// or (as a base) another log's or one that leaves a gap before the log's first entry. An
+    /// error of the invocation (exit 64), not a verdict on the log.
+    BadInput(String),
 }
 
 impl StateVerdict {
     pub fn word(&self) -> &'static str {
         match self {
-            StateVerdict::NotChecked(_) => "NOT_CHECKED",
+            StateVerdict::NotChecked(_) | StateVerdict::BadInput(_) => "NOT_CHECKED",
             StateVerdict::Clean => "CLEAN",
             StateVerdict::Divergent(_) => "DIVERGENT",
             StateVerdict::Unsupported(_) => "UNSUPPORTED_VERSION",
@@ -80,7 +84,8 @@ impl StateVerdict {
             StateVerdict::NotChecked(_) | StateVerdict::Clean => 0,
             StateVerdict::Divergent(_) => 4,
             StateVerdict::Unsupported(_) => 6,
-            StateVerdict::Unreadable(_) => 5,
+            StateVerdict::Unreadable(_) => crate::report::EXIT_IO_ERROR,
+            StateVerdict::BadInput(_) => crate::report::EXIT_USAGE,
         }
     }
 }
@@ -124,26 +129,55 @@ impl StateReport {
 
     /// One line of explanation for humans.
     pub fn summary(&self) -> String {
-        let c = self.compare.as_ref();
         match &self.verdict {
-            StateVerdict::NotChecked(why) => why.clone(),
-            StateVerdict::Unsupported(why) | StateVerdict::Divergent(why) | StateVerdict::Unreadable(why) => {
-                why.clone()
-            }
+            StateVerdict::NotChecked(why)
+            | StateVerdict::Unsupported(why)
+            | StateVerdict::Divergent(why)
+            | StateVerdict::Unreadable(why)
+            | StateVerdict::BadInput(why) => why.clone(),
             StateVerdict::Clean => {
-                let c = c.cloned().unwrap_or_default();
-                let through =
-                    c.verified_through.map_or("nothing (no checkpoint)".to_string(), |l| format!("LSN {l}"));
-                let mut s = format!(
-                    "replayed {} entries through the {} apply function; verified through {through} ({} checkpoints); {} entries after it replayed but not cross-checked",
-                    c.entries_applied, self.machine, c.checkpoints_checked, c.unchecked_entries
-                );
+                let mut s = self.coverage();
                 if let Some(st) = &self.state {
                     s.push_str(&format!("; equal to the state in {}", st.name));
                 }
                 s
             }
         }
+    }
+
+    /// What the replay covered: entries replayed, the checkpoints compared, the entries no
+    /// checkpoint cross-checks (by LSN) and the checkpoints that could not be compared (by LSN,
+    /// with why).
+    fn coverage(&self) -> String {
+        let c = self.compare.clone().unwrap_or_default();
+        let through = c.verified_through.map_or("nothing".to_string(), |l| format!("LSN {l}"));
+        let mut s = format!(
+            "replayed {} entries through the {} apply function; verified through {through} ({} checkpoint(s) compared)",
+            c.entries_applied, self.machine, c.checkpoints_checked
+        );
+        if let (Some(last), true) = (c.last_applied, c.unchecked_entries > 0) {
+            let from = c.verified_through.map(|v| v.0 + 1).or(c.first_applied.map(|f| f.0)).unwrap_or(last.0);
+            s.push_str(&format!(
+                "; LSN {from}..={last} ({} entries) replayed but not cross-checked by any checkpoint",
+                c.unchecked_entries
+            ));
+        }
+        for l in &c.too_old {
+            s.push_str(&format!(
+                "; checkpoint for LSN {l} not compared: met more than {} entries after it (FORMAT.md 10.3)",
+                wal::state::CHECKPOINT_MAX_LAG
+            ));
+        }
+        if c.checkpoints_too_old > c.too_old.len() as u64 {
+            s.push_str(&format!("; {} checkpoints too far behind in all", c.checkpoints_too_old));
+        }
+        if c.checkpoints_before_base > 0 {
+            s.push_str(&format!(
+                "; {} checkpoint(s) at or below the base snapshot not compared (the base stands for them)",
+                c.checkpoints_before_base
+            ));
+        }
+        s
     }
 
     pub fn to_json(&self) -> Value {
@@ -161,6 +195,9 @@ impl StateReport {
             "refused": c.refused,
             "checkpoints_checked": c.checkpoints_checked,
             "checkpoints_too_old": c.checkpoints_too_old,
+            "too_old_lsns": c.too_old.iter().map(|l| l.0).collect::<Vec<_>>(),
+            "checkpoints_before_base": c.checkpoints_before_base,
+            "first_applied": c.first_applied.map(|l| l.0),
             "verified_through": c.verified_through.map(|l| l.0),
             "unchecked_entries": c.unchecked_entries,
             "last_applied": c.last_applied.map(|l| l.0),
@@ -221,14 +258,17 @@ pub fn check_state<S: StateMachine>(
             Ok((a, info)) => {
                 if info.log_id != wal.log_id() {
                     return StateReport {
-                        verdict: StateVerdict::NotChecked(format!("{}: belongs to another log", info.name)),
+                        verdict: StateVerdict::BadInput(format!(
+                            "--base {}: a snapshot of another log (log id differs)",
+                            info.name
+                        )),
                         ..report
                     };
                 }
                 if let (Some(first), Some(at)) = (wal.first_lsn(), info.applied) {
                     if first.0 > at.0 + 1 {
-                        let why = format!("{}: at LSN {at}, but the log starts at LSN {first}: entries in between are missing", info.name);
-                        return StateReport { verdict: StateVerdict::NotChecked(why), ..report };
+                        let why = format!("--base {}: at LSN {at}, but the log starts at LSN {first}: entries in between are missing", info.name);
+                        return StateReport { verdict: StateVerdict::BadInput(why), ..report };
                     }
                 }
                 report.base = Some(info);
@@ -238,10 +278,7 @@ pub fn check_state<S: StateMachine>(
                 return StateReport { verdict: StateVerdict::Unsupported(e), ..report };
             }
             Err(e) => {
-                return StateReport {
-                    verdict: StateVerdict::NotChecked(format!("bad base snapshot: {e}")),
-                    ..report
-                }
+                return StateReport { verdict: StateVerdict::BadInput(format!("--base: {e}")), ..report }
             }
         },
         None if wal.prefix_purged() => {
@@ -257,10 +294,7 @@ pub fn check_state<S: StateMachine>(
                 return StateReport { verdict: StateVerdict::Unsupported(e), ..report }
             }
             Err(e) => {
-                return StateReport {
-                    verdict: StateVerdict::NotChecked(format!("bad state snapshot: {e}")),
-                    ..report
-                }
+                return StateReport { verdict: StateVerdict::BadInput(format!("--state: {e}")), ..report }
             }
         },
         None => None,
@@ -368,6 +402,18 @@ fn conclude<S: StateMachine>(
         report.state =
             Some(StateComparison { name: info.name.clone(), applied: info.applied, matches, differences });
     }
+    // CLEAN says that something cross-checked the replay: a checkpoint, or the given state.
+    let compared = report.compare.as_ref().is_some_and(|c| c.checkpoints_checked > 0)
+        || report.state.as_ref().is_some_and(|s| s.matches);
+    if report.verdict == StateVerdict::Clean && !compared {
+        let c = report.compare.as_ref();
+        let none = if c.is_some_and(|c| c.checkpoints_too_old > 0) {
+            "none of its checkpoints could be compared"
+        } else {
+            "the log holds no checkpoint to compare with"
+        };
+        report.verdict = StateVerdict::NotChecked(format!("{none}: {}", report.coverage()));
+    }
     report
 }
 
@@ -449,7 +495,7 @@ pub fn verify_with_state<S: StateMachine>(
     } else {
         crate::verify(dir, &vopts, progress)
     };
-    if report.io_error.is_some() {
+    if report.io_error.is_some() || report.no_log.is_some() {
         return report;
     }
     let usable = plain

@@ -1103,8 +1103,13 @@ impl Walker {
                 l.epoch = epoch;
             }
             Kind::Checkpoint => {
-                if d.payload.len() != CHECKPOINT_PAYLOAD_LEN || lsn > l.next_lsn {
+                if d.payload.len() != CHECKPOINT_PAYLOAD_LEN {
                     return Err(DamageKind::BadState("malformed checkpoint"));
+                }
+                // FORMAT.md 3.1: `L` < the next LSN (a writer refuses anything else); one for
+                // the next LSN or beyond covers an entry the log had not taken.
+                if lsn >= l.next_lsn {
+                    return Err(DamageKind::BadState("checkpoint for an LSN the log has not taken"));
                 }
             }
             Kind::Meta => {

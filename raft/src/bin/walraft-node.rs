@@ -4,7 +4,8 @@
 //! Exit codes: `run` 0 after a clean stop (SIGINT/SIGTERM), 4 when the state verdict is
 //! DIVERGENT (Raft is not started), 70 when openraft's core stopped by itself, 1 on an error. `client` write commands: 0 committed and
 //! applied, 1 committed but refused by the catalog, 2 rejected (never appended), 3
-//! indeterminate, 5 no node reachable. `check`/`compare`: walcheck's codes.
+//! indeterminate, 5 no node reachable. `check`/`compare`: walcheck's codes. A usage error (bad
+//! arguments) exits 64, as walcheck's do: clap's default 2 is `client`'s REJECTED.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use openraft::async_runtime::WatchReceiver;
@@ -19,6 +20,9 @@ use wal_raft::Response;
 
 /// `run`'s exit code when openraft's core stopped by itself (EX_SOFTWARE).
 const EXIT_RAFT_STOPPED: i32 = 70;
+
+/// Exit code for bad arguments (EX_USAGE, walcheck's too).
+const EXIT_USAGE: u8 = 64;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -158,7 +162,13 @@ fn parse_peer(s: &str) -> Result<(u64, String), String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -18,6 +18,9 @@ use std::collections::VecDeque;
 /// How many entries a checkpoint may trail the log's end when it is written.
 pub const CHECKPOINT_MAX_LAG: u64 = 65_536;
 
+/// How many checkpoints too far behind to compare a report names by LSN (the rest are counted).
+pub const TOO_OLD_LISTED: usize = 8;
+
 /// Where replay and the recorded state first disagree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Divergence {
@@ -46,10 +49,14 @@ pub struct CompareReport {
     pub checkpoints_before_base: u64,
     /// Checkpoints further behind than [`CHECKPOINT_MAX_LAG`] (not checked).
     pub checkpoints_too_old: u64,
+    /// The LSNs of the first [`TOO_OLD_LISTED`] of them, so that a report can name them.
+    pub too_old: Vec<Lsn>,
     /// The highest LSN a checkpoint confirmed (or the base, when no checkpoint came after it).
     pub verified_through: Option<Lsn>,
     /// Entries replayed after `verified_through` that no checkpoint could cross-check.
     pub unchecked_entries: u64,
+    /// The first and the last entry the replay applied.
+    pub first_applied: Option<Lsn>,
     pub last_applied: Option<Lsn>,
     pub divergence: Option<Divergence>,
     /// A checkpoint names a digest or state-machine version this build does not know.
@@ -107,6 +114,7 @@ impl<S: StateMachine> Replayer<S> {
         }
         self.report.entries_applied += 1;
         self.report.unchecked_entries += 1;
+        self.report.first_applied.get_or_insert(lsn);
         self.report.last_applied = Some(lsn);
         self.history.push_back((Some(lsn), self.applier.digest()));
         if self.history.len() as u64 > CHECKPOINT_MAX_LAG + 1 {
@@ -146,6 +154,9 @@ impl<S: StateMachine> Replayer<S> {
         if idx == 0 {
             debug_assert!(self.trimmed);
             self.report.checkpoints_too_old += 1;
+            if self.report.too_old.len() < TOO_OLD_LISTED {
+                self.report.too_old.push(lsn);
+            }
             return;
         }
         let replayed = self.value(self.history[idx - 1].1);
