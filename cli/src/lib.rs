@@ -215,7 +215,7 @@ where
             dump(&mut out, dir, *json, *payload, *max_payload_bytes)
         }
         Cmd::Repair { dir, lossy, dry_run, backup } => {
-            repair(&mut out, dir, *lossy, *dry_run, backup.as_deref())
+            repair(&mut out, dir, *lossy, *dry_run, backup.as_deref(), spec)
         }
     }
 }
