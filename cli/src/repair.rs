@@ -119,20 +119,34 @@ fn dropped(dir: &Path, cut: &Cut, from_lsn: u64, walked: &Walked) -> String {
     }
 }
 
-/// A last segment whose file length differs from the length its header declares: a crash
-/// cannot make that (segments are preallocated and never shrunk), so it is not a torn tail
-/// whatever the scan says, and a repair without --lossy must not cut it.
-fn length_mismatch(dir: &Path, segment: u64) -> Option<String> {
+/// The segment header of `segment`'s file, if it checks out on its own, and the file's length.
+fn header_of(dir: &Path, segment: u64) -> Option<(wal::format::SegmentHeader, u64)> {
     let path = dir.join(segment_file_name(segment));
-    let len = std::fs::metadata(&path).ok()?.len();
+    let meta = std::fs::symlink_metadata(&path).ok().filter(|m| m.is_file())?;
     let mut head = vec![0u8; SEGMENT_HEADER_LEN];
     let f = std::fs::File::open(&path).ok()?;
     wal::storage::pread_full(&f, 0, &mut head).ok()?;
-    let h = wal::format::SegmentHeader::self_valid(&head)?;
-    let declared = u64::from(h.segment_len.get());
-    (declared != len).then(|| {
-        format!("segment {segment}'s file is {len} bytes but its header says {declared}: no crash changes a segment's length, so this is not a torn tail")
-    })
+    Some((wal::format::SegmentHeader::self_valid(&head)?, meta.len()))
+}
+
+/// Why a TORN_TAIL in `segment` is not one a crash can leave, checked again here because a
+/// repair without --lossy must never cut acknowledged entries, whatever the scan said: a file
+/// whose length differs from the length its header declares (segments are preallocated and
+/// never shrunk or grown), or a later segment file with a valid header (a rotation syncs a
+/// segment before the next takes its header, so that header attests every byte before it).
+fn not_a_crash(dir: &Path, segment: u64) -> Option<String> {
+    if let Some((h, len)) = header_of(dir, segment) {
+        let declared = u64::from(h.segment_len.get());
+        if declared != len {
+            return Some(format!(
+                "segment {segment}'s file is {len} bytes but its header says {declared}: no crash changes a segment's length, so this is not a torn tail"
+            ));
+        }
+    }
+    let later = segments(dir).into_iter().find(|&s| s > segment && header_of(dir, s).is_some())?;
+    Some(format!(
+        "segment {later} has a valid header, which attests every byte of segment {segment}: this is not a torn tail"
+    ))
 }
 
 pub(crate) fn repair<S: StateMachine>(
@@ -294,7 +308,7 @@ fn plan(
     }
     let cut = Cut::Tail(d.clone());
     let not_torn = match d.verdict {
-        CrcVerdict::TornTail => length_mismatch(log, d.segment),
+        CrcVerdict::TornTail => not_a_crash(log, d.segment),
         _ => Some("this damage may hold acknowledged data".to_string()),
     };
     match not_torn {
@@ -320,4 +334,42 @@ fn verify_after<S: StateMachine>(out: &mut Out, dir: &Path, spec: &StateMachineS
         eprintln!("walcheck: {e}");
     }
     after.exit_code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fixture `name` copied into a new temporary directory.
+    fn copy(name: &str) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/logs").join(name);
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), d.path().join(e.file_name())).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn a_torn_tail_is_checked_again_before_a_cut() {
+        let d = copy("torn-tail");
+        assert_eq!(not_a_crash(d.path(), 2), None, "the fixture's torn tail is one a crash leaves");
+        // A later file that starts with a valid header (here segment 1's): attested.
+        let seg1 = std::fs::read(d.path().join(segment_file_name(1))).unwrap();
+        std::fs::write(d.path().join(segment_file_name(3)), &seg1[..4096]).unwrap();
+        let why = not_a_crash(d.path(), 2).unwrap();
+        assert!(why.contains("segment 3 has a valid header"), "{why}");
+        // A blank spare after it is no evidence either way.
+        std::fs::write(d.path().join(segment_file_name(3)), vec![0u8; 4096]).unwrap();
+        assert_eq!(not_a_crash(d.path(), 2), None);
+        // A file shorter than its header says.
+        std::fs::File::options()
+            .write(true)
+            .open(d.path().join(segment_file_name(2)))
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        assert!(not_a_crash(d.path(), 2).unwrap().contains("4096 bytes but its header says 65536"));
+    }
 }

@@ -31,6 +31,13 @@ pub(crate) fn check(log: &Path, target: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("{} cannot be resolved ({e}): a symlink to nothing?", existing.display()))?;
     let canon = base.join(rest);
     outside(log, &canon)?;
+    if under(log, &base) {
+        return Err(format!(
+            "{} is inside the log directory {} by another path",
+            canon.display(),
+            log.display()
+        ));
+    }
     if rest.as_os_str().is_empty() {
         return Err(format!(
             "{} exists: a backup is always a new directory, so that no earlier backup is overwritten; name one that does not exist yet",
@@ -70,21 +77,26 @@ pub(crate) fn create(log: &Path, target: Option<PathBuf>) -> io::Result<PathBuf>
         }
         None => create_default(log)?,
     };
-    let log_id = std::fs::metadata(log).map(|m| (m.dev(), m.ino()))?;
     let canon = made.canonicalize()?;
-    let under_log =
-        canon.ancestors().any(|a| std::fs::metadata(a).is_ok_and(|m| (m.dev(), m.ino()) == log_id));
-    if let Err(why) = outside(log, &canon).and_then(|()| {
-        if under_log {
-            Err("it is the log's directory by another path".into())
+    let again = outside(log, &canon).and_then(|()| {
+        if under(log, &canon) {
+            Err(format!("{} is inside the log directory {} by another path", canon.display(), log.display()))
         } else {
             Ok(())
         }
-    }) {
+    });
+    if let Err(why) = again {
         let _ = std::fs::remove_dir(&made);
         return Err(io::Error::other(why));
     }
     Ok(made)
+}
+
+/// Whether `path` (existing) or a directory above it is the log directory itself, by device
+/// and inode: a bind mount of the log has another path but the same directory.
+fn under(log: &Path, path: &Path) -> bool {
+    let Ok(id) = std::fs::metadata(log).map(|m| (m.dev(), m.ino())) else { return false };
+    path.ancestors().any(|a| std::fs::metadata(a).is_ok_and(|m| (m.dev(), m.ino()) == id))
 }
 
 fn create_default(log: &Path) -> io::Result<PathBuf> {
