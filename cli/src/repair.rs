@@ -171,6 +171,14 @@ pub(crate) fn repair<S: StateMachine>(
             return EXIT_USAGE;
         }
     };
+    // Taking the lock creates the lock file: never in a directory that holds no log.
+    if !log.join(META_FILE_NAME).exists() && segments(&log).is_empty() {
+        eprintln!(
+            "walcheck: {}: no log here (no {META_FILE_NAME}, no segment file); nothing changed",
+            dir.display()
+        );
+        return EXIT_USAGE;
+    }
     let storage = match wal::storage::FileStorage::new(&log, false) {
         Ok(s) => s,
         Err(e) => {

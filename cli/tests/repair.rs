@@ -255,6 +255,15 @@ fn a_backup_that_cannot_be_created_changes_nothing() {
 }
 
 #[test]
+fn a_directory_without_a_log_is_left_as_it_is() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("notes.txt"), b"not a log").unwrap();
+    let (code, out, err) = walcheck(&["repair", s(d.path())]);
+    assert_eq!(code, walcheck::EXIT_USAGE, "{out}{err}");
+    assert!(!d.path().join(LOCK_FILE_NAME).exists(), "repair created a lock file in a directory with no log");
+}
+
+#[test]
 fn repair_prints_the_full_verify_of_the_result_and_exits_with_it() {
     let (d, log) = copy_of("torn-tail");
     let (code, out, err) = walcheck(&["repair", "--backup", s(&d.path().join("bk")), s(&log)]);
@@ -305,6 +314,16 @@ fn a_missing_middle_segment_is_cut_before_the_gap_only_with_lossy() {
     assert!(!log.join(segment_file_name(3)).exists());
     assert_eq!(*entries(&log).last().unwrap(), last_kept);
     assert_eq!(walcheck(&["verify", s(&log)]).0, 0);
+    // A writer opens the result and goes on from the end of segment 1.
+    let (mut w, rep) = Wal::open(&log, Options { segment_len_bytes: SEG, ..Options::default() }).unwrap();
+    assert_eq!(rep.verdict, wal::CrcVerdict::Ok);
+    let e = w.epoch();
+    assert_eq!(w.append(e, b"after the repair").unwrap().0, last_kept + 1);
+    w.sync().unwrap();
+    w.close().unwrap();
+    // (Its entry is no catalog command, so only the CRC verdict is the point.)
+    assert_eq!(walcheck(&["verify", "--quick", s(&log)]).0, 0);
+    assert_eq!(entries(&log).len() as u64, last_kept + 1);
     // The backup holds the removed segment as it was.
     let seg3 = PathBuf::from(segment_file_name(3));
     assert_eq!(std::fs::read(d.path().join("bk").join(&seg3)).unwrap(), before[&seg3]);
