@@ -106,7 +106,10 @@ fn dropped(dir: &Path, cut: &Cut, from_lsn: u64, walked: &Walked) -> String {
     };
     let mut lsns = Vec::new();
     for s in segments(dir).into_iter().filter(|&s| s >= first_seg) {
-        let bytes = std::fs::read(dir.join(segment_file_name(s))).unwrap_or_default();
+        let path = dir.join(segment_file_name(s));
+        // Only a regular file is read: a FIFO under a segment's name would never end.
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        let bytes = if regular { std::fs::read(&path).unwrap_or_default() } else { Vec::new() };
         let part = if s == first_seg { bytes.get(from as usize..).unwrap_or_default() } else { &bytes[..] };
         lsns.extend(wal::lifecycle::entries_in(part, kept));
     }
