@@ -458,3 +458,86 @@ fn a_writer_that_opens_during_a_repair_loses_nothing() {
         }
     }
 }
+
+/// A log whose entries 1..=60 were acknowledged (synced) over two segments, then a last batch
+/// of 8 entries written but never synced (the writer abandoned): returns the acknowledged LSNs.
+fn crashed_log(dir: &Path) -> Vec<u64> {
+    let (mut log, _) = Wal::open(dir, Options { segment_len_bytes: SEG, ..Options::default() }).unwrap();
+    let mut acked = Vec::new();
+    for i in 0..60u32 {
+        acked.push(log.append(Epoch(0), &[0x41 + (i % 26) as u8; 1500]).unwrap().0);
+        if i % 4 == 3 {
+            log.sync().unwrap();
+        }
+    }
+    for i in 0..8u8 {
+        log.append(Epoch(0), &[0x61 + i; 700]).unwrap();
+    }
+    log.flush().unwrap();
+    log.abandon();
+    acked
+}
+
+#[test]
+fn a_repair_without_lossy_never_removes_an_acknowledged_entry() {
+    // Every sector of the last segment up to past its data, damaged three ways (zeroed, one
+    // byte flipped, the file cut there): a repair without --lossy either refuses and changes
+    // nothing, or leaves a log that holds every acknowledged entry.
+    let d = tempfile::tempdir().unwrap();
+    let orig = d.path().join("orig");
+    let acked = crashed_log(&orig);
+    let last = *wal::scan_log(&wal::storage::FileStorage::new(&orig, false).unwrap(), true)
+        .unwrap()
+        .segments
+        .iter()
+        .map(|s| &s.seq)
+        .max()
+        .unwrap();
+    assert!(last > 1, "the log must span segments");
+    let name = segment_file_name(last);
+    let seg = std::fs::read(orig.join(&name)).unwrap();
+    let used = seg.len() - seg.iter().rev().take_while(|&&b| b == 0).count();
+    let salvage =
+        Options { segment_len_bytes: SEG, recovery: wal::RecoveryMode::Salvage, ..Options::default() };
+    let mut cuts = 0;
+    for sector in 0..(used / 512 + 2) {
+        for how in ["zero", "flip", "truncate"] {
+            let log = d.path().join(format!("{how}-{sector}"));
+            std::fs::create_dir(&log).unwrap();
+            for e in std::fs::read_dir(&orig).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), log.join(e.file_name())).unwrap();
+            }
+            let mut b = seg.clone();
+            let at = sector * 512;
+            match how {
+                "zero" => b[at..at + 512].fill(0),
+                "flip" => b[at + 200] ^= 0x10,
+                _ => b.truncate(at.max(512)),
+            }
+            std::fs::write(log.join(&name), &b).unwrap();
+            let before = snapshot(&log);
+            let bk = d.path().join(format!("bk-{how}-{sector}"));
+            let (code, out, err) = walcheck(&["repair", "--backup", s(&bk), s(&log)]);
+            if !bk.exists() {
+                assert_eq!(
+                    snapshot(&log),
+                    before,
+                    "{how} at sector {sector}: a repair that made no backup changed the log: {out}{err}"
+                );
+                continue;
+            }
+            cuts += 1;
+            assert_eq!(code, 0, "{how} at sector {sector}: the repaired log does not verify: {out}{err}");
+            let (r, _) = Wal::open(&log, salvage.clone()).unwrap();
+            let live: Vec<u64> =
+                r.replay().unwrap().collect_entries().unwrap().into_iter().map(|(l, _)| l).collect();
+            let lost: Vec<u64> = acked.iter().copied().filter(|l| !live.contains(l)).collect();
+            assert!(
+                lost.is_empty(),
+                "{how} at sector {sector}: acknowledged LSNs {lost:?} cut without --lossy: {out}"
+            );
+        }
+    }
+    assert!(cuts > 0, "no variant was a torn tail that repair cut");
+}
