@@ -269,7 +269,7 @@ where
             dump(&mut out, dir, *json, *payload, *max_payload_bytes)
         }
         Cmd::Repair { dir, lossy, dry_run, backup } => {
-            repair(&mut out, dir, *lossy, *dry_run, backup.as_deref())
+            repair(&mut out, dir, *lossy, *dry_run, backup.as_deref(), spec)
         }
     };
     out.finish(code)

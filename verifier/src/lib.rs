@@ -56,13 +56,37 @@ pub fn verify_visiting(
     also: &mut dyn FnMut(&wal::scan::Rec<'_>),
 ) -> Report {
     let storage = ReadOnlyDir::new(dir);
+    let live = storage.writer_holds_lock();
+    scan_report(storage, dir, opts, live, progress, &mut |_, r| also(r))
+}
+
+/// [`verify`] for a caller that holds the log's exclusive lock (`walcheck repair`): no writer
+/// can be live, so the last batch is judged (the lock probe of [`verify`] would find the
+/// caller's own lock and call the log live). Hands `also` every valid record the scan walks,
+/// with its segment.
+pub fn verify_locked(
+    dir: &Path,
+    opts: &VerifyOptions,
+    also: &mut dyn FnMut(u64, &wal::scan::Rec<'_>),
+) -> Report {
+    scan_report(ReadOnlyDir::new(dir), dir, opts, false, &mut |_| {}, also)
+}
+
+fn scan_report(
+    storage: ReadOnlyDir,
+    dir: &Path,
+    opts: &VerifyOptions,
+    live: bool,
+    progress: &mut dyn FnMut(Progress),
+    also: &mut dyn FnMut(u64, &wal::scan::Rec<'_>),
+) -> Report {
     let mut report = Report::new(dir, opts.quick);
-    report.live = storage.writer_holds_lock();
+    report.live = live;
     let stats = &mut report.stats;
     let mut last_segment = 0;
     let mut visit = |segment: u64, r: &wal::scan::Rec<'_>| {
         stats.count(r);
-        also(r);
+        also(segment, r);
         if segment != last_segment {
             last_segment = segment;
             progress(Progress { segment, records: stats.records });

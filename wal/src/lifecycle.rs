@@ -159,10 +159,7 @@ pub(crate) fn sync_unsealed(storage: &dyn Storage) -> Result<()> {
 /// exclusive lock. Returns (segment, offset, bytes zeroed).
 pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
     let bytes = recovery::map_segment(storage, d.segment)?;
-    // The first batch of a segment carries the segment header and the State record: cutting it
-    // cuts the header too, so the file is a spare again rather than a header with no state
-    // (found by the model test: a torn first batch after a rotation lost the log's state).
-    let from = if d.batch_start as usize <= SEGMENT_HEADER_LEN { 0 } else { d.batch_start as usize };
+    let from = cut_start(d) as usize;
     let log_id = recovery::read_meta(storage)?.map(|m| m.log_id).unwrap_or_default();
     let ranges = cut_ranges(&bytes, from, crate::stale::Owner { log_id, segment_seq: d.segment });
     drop(bytes);
@@ -180,25 +177,84 @@ pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
     storage.close(f);
     r.map_err(|e| Error::io(format!("cutting the torn tail of {name}"), e))?;
     let zeroed: usize = ranges.iter().map(|(a, b)| b - a).sum();
-    let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
-    let mut removed = false;
-    for s in names.iter().filter_map(|n| parse_segment_file_name(n)).filter(|&s| s > d.segment) {
-        storage
-            .remove(&segment_file_name(s))
-            .map_err(|e| Error::io("removing a segment after a torn tail", e))?;
-        removed = true;
-    }
-    if removed {
-        sync_dir(storage)?;
-    }
     // A cut into a segment a clean close sealed (only a lossy repair does that) removes its
     // footer: wal.meta must stop attesting it.
+    remove_after(storage, d.segment, d.segment)?;
+    Ok((d.segment, from as u64, zeroed as u64))
+}
+
+/// Where [`cut_tail`] starts zeroing for the damage `d`: the first byte of the damaged batch,
+/// or 0 when that batch is the segment's first. The first batch of a segment carries the
+/// segment header and the State record: cutting it cuts the header too, so the file is a spare
+/// again rather than a header with no state (found by the model test: a torn first batch after
+/// a rotation lost the log's state).
+pub fn cut_start(d: &Damage) -> u64 {
+    if d.batch_start as usize <= SEGMENT_HEADER_LEN {
+        0
+    } else {
+        d.batch_start
+    }
+}
+
+/// Ends the log with segment `last`: removes every later segment file (and syncs the
+/// directory), and makes `wal.meta` stop attesting a clean close of a removed segment. What a
+/// lossy repair does when a segment is missing: the segments before the gap are a log on their
+/// own (a crash between a rotation's footer and the next segment's first batch leaves one like
+/// it), the ones after it cannot be chained to them. The caller holds the exclusive lock.
+/// Returns the segments removed.
+pub fn cut_after_segment(storage: &dyn Storage, last: u64) -> Result<Vec<u64>> {
+    remove_after(storage, last, last + 1)
+}
+
+/// Removes every segment file after `last`, then, if `wal.meta` attests a clean close of
+/// segment `close_from` or later, replaces it without that close.
+fn remove_after(storage: &dyn Storage, last: u64, close_from: u64) -> Result<Vec<u64>> {
+    let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
+    let mut removed: Vec<u64> =
+        names.iter().filter_map(|n| parse_segment_file_name(n)).filter(|&s| s > last).collect();
+    removed.sort_unstable();
+    for &s in &removed {
+        storage
+            .remove(&segment_file_name(s))
+            .map_err(|e| Error::io(format!("removing segment {s} after a cut"), e))?;
+    }
+    if !removed.is_empty() {
+        sync_dir(storage)?;
+    }
     if let Ok(Ok(meta)) = recovery::read_meta(storage) {
-        if meta.closed_segment_seq.get() >= d.segment {
+        if meta.closed_segment_seq.get() >= close_from {
             replace_meta(storage, &meta.with_close(0, 0)).map_err(|e| Error::io("replacing wal.meta", e))?;
         }
     }
-    Ok((d.segment, from as u64, zeroed as u64))
+    Ok(removed)
+}
+
+/// The LSNs of the entries in `bytes` (a segment file, or the part of one from a cut on) whose
+/// record checks out on its own (header checksum, record checksum, kind) and whose sequence is
+/// above `after_seq`: what a cut of those bytes drops. Found by looking at every 8-byte boundary
+/// (records are 8-byte aligned) rather than by walking, because a cut starts at damage the
+/// walk stops at; a record found is stepped over whole, so a payload never counts. Records of a
+/// recycled file's earlier life have lower sequences and are left out by `after_seq`.
+pub fn entries_in(bytes: &[u8], after_seq: u64) -> Vec<u64> {
+    use zerocopy::FromBytes;
+    let mut lsns = Vec::new();
+    let mut at = 0usize;
+    while let Some(head) = bytes.get(at..at + RECORD_HEADER_LEN) {
+        let Ok(h) = RecordHeader::read_from_bytes(head) else { break };
+        let len = h.payload_len.get() as usize;
+        let payload = bytes.get(at + RECORD_HEADER_LEN..).and_then(|p| p.get(..len));
+        let found = h.header_crc.get() == h.compute_header_crc()
+            && payload.is_some_and(|p| h.crc.get() == h.compute_crc(p));
+        if found {
+            if h.kind == Kind::Entry as u8 && h.seq.get() > after_seq {
+                lsns.push(h.lsn.get());
+            }
+            at += (RECORD_HEADER_LEN + len).next_multiple_of(ALIGN);
+        } else {
+            at += ALIGN;
+        }
+    }
+    lsns
 }
 
 /// The byte ranges a cut from `from` zeroes in the segment file `bytes`: up to the last sector
