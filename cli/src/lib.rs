@@ -131,7 +131,7 @@ enum Cmd {
         /// Say what would be cut and change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Where to copy the files the repair changes (default: DIR.walcheck-backup-<secs>).
+        /// Where to copy the files the repair changes (default: a new DIR.walcheck-backup-<secs>[-N] beside the log; never inside it, never an existing directory).
         #[arg(long)]
         backup: Option<PathBuf>,
     },
