@@ -24,7 +24,13 @@ pub(crate) fn repair(out: &mut Out, dir: &Path, lossy: bool, dry_run: bool, back
         CrcVerdict::Ok | CrcVerdict::UnsupportedVersion => false,
     };
     if d.segment == 0
-        || matches!(d.kind, wal::DamageKind::MissingPurgeFloor | wal::DamageKind::BadMetaFile(_))
+        || matches!(
+            d.kind,
+            wal::DamageKind::MissingPurgeFloor
+                | wal::DamageKind::BadMetaFile(_)
+                // Never copied, zeroed or removed: what it is is for the operator to decide.
+                | wal::DamageKind::NotRegularFile(_)
+        )
     {
         eprintln!("walcheck: {} cannot be repaired by cutting: {}", dir.display(), describe(&d));
         return report.exit_code();

@@ -54,6 +54,10 @@ pub struct Report {
     pub stats: Stats,
     /// The state verdict, when the log was replayed (walcheck part 2).
     pub state: Option<crate::state::StateReport>,
+    /// Spares (segment, bytes) shorter than any segment or of no segment's length: a
+    /// preparation a crash cut short (the file created, its zeros not yet all there). They hold
+    /// nothing and a writer replaces them, so the verdict does not change; they are named.
+    pub unfinished_spares: Vec<(u64, u64)>,
 }
 
 impl Report {
@@ -68,6 +72,7 @@ impl Report {
             live_tail: None,
             stats: Stats::default(),
             state: None,
+            unfinished_spares: Vec::new(),
         }
     }
 
@@ -108,6 +113,9 @@ impl Report {
             "live_tail": self.live_tail.as_ref().map(damage_json),
             "io_error": self.io_error,
             "state_detail": self.state.as_ref().map(|s| s.to_json()),
+            "unfinished_spares": self.unfinished_spares.iter()
+                .map(|&(segment, bytes)| json!({ "segment": segment, "bytes": bytes }))
+                .collect::<Vec<_>>(),
             "stats": {
                 "segments": s.segments, "sealed": s.sealed, "spares": s.spares, "leftovers": s.leftovers,
                 "floor_segment": s.floor_segment, "bytes": s.bytes, "records": s.records,
@@ -162,6 +170,12 @@ impl Report {
             out += &format!(
                 "  live tail from segment {} offset {} (LSN {}) not checked\n",
                 d.segment, d.offset, d.lsn
+            );
+        }
+        for &(seq, bytes) in &self.unfinished_spares {
+            out += &format!(
+                "  spare {}: {bytes} bytes, not a segment's length: a spare whose preparation a crash cut short (created, not yet filled); it holds nothing, and a writer replaces it\n",
+                wal::format::segment_file_name(seq)
             );
         }
         let s = &self.stats;
