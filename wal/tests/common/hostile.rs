@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test crate that includes this file uses part of it
 //! Files that are not what their names say (issue 22), made at test time where a log keeps a
 //! file: shared by the engine's tests (`wal/tests/hostile_files.rs`) and walcheck's
 //! (`cli/tests/hostile_files.rs`, which compiles this file with `#[path]`).
@@ -12,6 +13,15 @@ pub fn mkfifo(path: &Path) {
     // SAFETY: a valid NUL-terminated path; mkfifo only creates a directory entry.
     let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
     assert_eq!(r, 0, "mkfifo {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
+/// [`mkfifo`] that takes one made meanwhile by another test as made.
+pub fn mkfifo_once(path: &Path) {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: as in `mkfifo`.
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    let e = std::io::Error::last_os_error();
+    assert!(r == 0 || e.kind() == std::io::ErrorKind::AlreadyExists, "mkfifo {}: {e}", path.display());
 }
 
 /// Removes `name` from `dir` if it is there (a file, a link or an empty directory), then has
