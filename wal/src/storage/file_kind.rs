@@ -157,7 +157,7 @@ fn blocking_again(_: &File) -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
@@ -181,5 +181,28 @@ mod tests {
             assert_eq!(NotRegularFile::of(&e), Some(&NotRegularFile { name: name.into(), what }), "{e}");
         }
         assert_eq!(open("none").unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+
+    /// The second guard alone (the look before skipped, as for a FIFO swapped in after it):
+    /// the open does not wait for a writer, and the descriptor's check refuses it.
+    #[test]
+    fn a_fifo_past_the_look_is_refused_by_the_descriptor_check() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("q");
+        rustix::fs::mknodat(rustix::fs::CWD, &p, rustix::fs::FileType::Fifo, rustix::fs::Mode::RUSR, 0)
+            .unwrap();
+        let e = open_regular(d.path(), "q", OpenOptions::new().read(true), true).unwrap_err();
+        assert_eq!(NotRegularFile::of(&e).map(|n| n.what), Some("a FIFO"), "{e}");
+    }
+
+    /// A regular file is handed out blocking again: io_uring would answer EAGAIN for a file
+    /// opened with O_NONBLOCK.
+    #[test]
+    fn a_regular_file_is_handed_out_without_o_nonblock() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"x").unwrap();
+        let f = open_regular(d.path(), "f", OpenOptions::new().read(true).write(true), false).unwrap();
+        let flags = rustix::fs::fcntl_getfl(&f).unwrap();
+        assert!(!flags.contains(rustix::fs::OFlags::NONBLOCK), "{flags:?}");
     }
 }
