@@ -290,6 +290,13 @@ fn plan(
     if d.verdict == CrcVerdict::UnsupportedVersion {
         return Err(vec!["refusing: a newer version wrote this log; use a walcheck of that version".into()]);
     }
+    if matches!(d.kind, DamageKind::NotRegularFile(_)) {
+        // Never copied, zeroed or removed: what it is, and where the real file went, is for
+        // the operator to decide.
+        return Err(vec![
+            "refusing: a file named like a log file is not a regular file; move it away and restore the real file".into(),
+        ]);
+    }
     if d.segment == 0 || matches!(d.kind, DamageKind::MissingPurgeFloor | DamageKind::BadMetaFile(_)) {
         return Err(vec![
             "refusing: this cannot be repaired by cutting the log; restore the file from a backup".into(),

@@ -7,6 +7,9 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "../../wal/tests/common/hostile.rs"]
+mod hostile;
+
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -14,7 +17,17 @@ fn workspace() -> PathBuf {
 fn manifest() -> Value {
     let p = workspace().join("fixtures/manifest.json");
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    let m: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    // The FIFOs a fixture holds are made at test time: git cannot hold one.
+    for f in m["fixtures"].as_array().into_iter().flatten() {
+        for rel in f["fifos"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            let at = workspace().join(rel);
+            if std::fs::symlink_metadata(&at).is_err() {
+                hostile::mkfifo_once(&at);
+            }
+        }
+    }
+    m
 }
 
 /// The number right after the first `prefix` in `text`.

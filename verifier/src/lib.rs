@@ -1,7 +1,7 @@
 //! Read-only verification of a `wal` log directory: the CRC verdict of DESIGN.md with where the
 //! damage is, and statistics. It never writes, reads with `pread` (never a map), streams each
 //! segment through one reused window of about 1 MiB (a damaged segment is read whole, once, to
-//! classify the damage), and shares the engine's walker and decision table rather than having a
+//! classify the damage: only its non-zero pages take memory), and shares the engine's walker and decision table rather than having a
 //! second decoder.
 //!
 //! ```
@@ -146,6 +146,28 @@ impl Stats {
     }
 }
 
+/// The spares of `spares` whose length no segment has (0 bytes above all): what the log's own
+/// preparation of a spare never leaves, except when a crash cuts it short (see
+/// [`Report::unfinished_spares`]).
+fn unfinished_spares(spares: &[u64], storage: &ReadOnlyDir) -> Vec<(u64, u64)> {
+    use wal::format::{segment_file_name, MAX_SEGMENT_LEN, MIN_SEGMENT_LEN, SECTOR};
+    use wal::storage::Storage;
+    let mut out = Vec::new();
+    for &seq in spares {
+        let Ok(f) = storage.open(&segment_file_name(seq), false) else { continue };
+        let len = storage.len(f);
+        storage.close(f);
+        if let Ok(len) = len {
+            let segment_like = (u64::from(MIN_SEGMENT_LEN)..=u64::from(MAX_SEGMENT_LEN)).contains(&len)
+                && len.is_multiple_of(SECTOR as u64);
+            if !segment_like {
+                out.push((seq, len));
+            }
+        }
+    }
+    out
+}
+
 impl Report {
     fn absorb(&mut self, scan: wal::LogScan, storage: &ReadOnlyDir) {
         use wal::storage::Storage;
@@ -164,6 +186,7 @@ impl Report {
             }
         }
         self.stats.bytes = bytes;
+        self.unfinished_spares = unfinished_spares(&scan.spares, storage);
         self.crc = scan.verdict;
         self.damage = scan.damage;
         // A live writer may be in the middle of its last batch: that is not a torn write.

@@ -25,7 +25,7 @@ pub struct ReadOnlyDir {
     /// and both then see one version of a file a live writer may be appending to). Reading
     /// another file refills the buffer in place once its reader has let go of it: a scan then
     /// allocates (and page-faults) one segment's worth of memory, not one per segment.
-    spare: Mutex<Option<(String, Arc<[u8]>)>>,
+    spare: Mutex<Option<(String, Arc<Vec<u8>>)>>,
 }
 
 fn read_only() -> io::Error {
@@ -56,9 +56,35 @@ impl ReadOnlyDir {
         self.with(id, |_, name| Ok(name.to_string()))
     }
 
+    /// Reads the start of `file` into `out` (zeroed, untouched) a window at a time, copying only
+    /// the pages that are not all zero; returns the bytes read (fewer if the file ended).
+    fn read_nonzero(&self, file: FileId, out: &mut [u8]) -> io::Result<usize> {
+        const PAGE: usize = 4096;
+        let mut window = vec![0u8; SCAN_WINDOW.min(out.len())];
+        let mut at = 0;
+        for chunk in out.chunks_mut(SCAN_WINDOW) {
+            let got = window.get_mut(..chunk.len()).unwrap_or_default();
+            let n = self.read_at(file, at as u64, got)?;
+            for (to, from) in chunk.chunks_mut(PAGE).zip(got.get(..n).unwrap_or_default().chunks(PAGE)) {
+                if !wal::format::is_zero(from) {
+                    to.get_mut(..from.len()).unwrap_or_default().copy_from_slice(from);
+                }
+            }
+            at += n;
+            if n < chunk.len() {
+                break;
+            }
+        }
+        Ok(at)
+    }
+
     /// Whether a writer holds the directory lock right now (a live log).
     pub fn writer_holds_lock(&self) -> bool {
-        let Ok(f) = File::open(self.dir.join(wal::format::LOCK_FILE_NAME)) else { return false };
+        // Never a FIFO's blocking open: a lock file that is not a regular file is no writer's.
+        let lock = wal::format::LOCK_FILE_NAME;
+        let Ok(f) = wal::storage::open_regular(&self.dir, lock, File::options().read(true), false) else {
+            return false;
+        };
         // Patiently: a child process being started holds the lock's descriptor for a moment.
         matches!(wal::storage::lock_patiently(&f, false), Err(std::fs::TryLockError::WouldBlock))
     }
@@ -80,7 +106,9 @@ impl Storage for ReadOnlyDir {
         if create_new {
             return Err(read_only());
         }
-        let f = File::open(self.dir.join(name))?;
+        // Only a regular file: a FIFO, device, socket, directory or symbolic link named like a
+        // log file is refused with what it is, never read (wal::storage::NotRegularFile).
+        let f = wal::storage::open_regular(&self.dir, name, File::options().read(true), false)?;
         let mut files = self.files();
         let id = files.0;
         files.0 += 1;
@@ -104,6 +132,10 @@ impl Storage for ReadOnlyDir {
         self.with(file, |f, _| Ok(f.metadata()?.len()))
     }
 
+    fn not_regular(&self, name: &str) -> io::Result<Option<&'static str>> {
+        wal::storage::not_regular_in(&self.dir, name)
+    }
+
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.with(file, |f, _| wal::storage::pread_full(f, offset, buf))
     }
@@ -114,33 +146,49 @@ impl Storage for ReadOnlyDir {
         self.with(file, |f, _| wal::storage::written_end(f, f.metadata()?.len()))
     }
 
-    /// Reads the whole file with pread: memory is one segment, never the log. A full scan reads
-    /// segments in windows instead ([`Storage::scan_window`]); this serves the rest (a damaged
-    /// segment's classification, the whole-file checks of an unusual file).
+    /// Reads the whole file with pread. A full scan reads segments in windows instead
+    /// ([`Storage::scan_window`]); this serves the rest (a damaged segment's classification, a
+    /// replay, the whole-file checks of an unusual file). Memory is what the file holds, not
+    /// its length: a new buffer is a zeroed allocation whose pages stay untouched where the
+    /// file reads as zero (read a window at a time and copied page by page, skipping zero
+    /// pages; past the written end, [`Storage::written_end`], nothing is read at all). So a
+    /// damaged 1 GiB segment holding a few batches costs a few pages, not 1 GiB.
     fn map(&self, file: FileId) -> io::Result<Mapping> {
         let len = self.len(file)? as usize;
         let name = self.name_of(file)?;
+        let written = usize::try_from(self.written_end(file)?).unwrap_or(usize::MAX).min(len);
         let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
-        let mut buf = match spare.take() {
+        let reuse = match spare.take() {
             Some((n, b)) if n == name && b.len() == len => {
                 *spare = Some((n, b.clone()));
-                return Ok(Mapping::Bytes(b));
+                return Ok(Mapping::Shared(b));
             }
-            Some((_, b)) if b.len() == len => b,
-            _ => Arc::from(vec![0u8; len]),
+            // The previous file's buffer, if no reader holds it any more: its pages are
+            // resident already, so it is read into directly.
+            Some((_, b)) if b.len() == len => Arc::into_inner(b),
+            _ => None,
         };
-        if Arc::get_mut(&mut buf).is_none() {
-            // The previous segment is still being read: this one gets its own buffer.
-            buf = Arc::from(vec![0u8; len]);
-        }
-        let Some(bytes) = Arc::get_mut(&mut buf) else { return Err(io::Error::other("buffer is shared")) };
-        let n = self.read_at(file, 0, bytes)?;
-        if n < len {
+        let (buf, n) = match reuse {
+            Some(mut b) => {
+                let n = self.read_at(file, 0, b.get_mut(..written).unwrap_or_default())?;
+                b.get_mut(written..).unwrap_or_default().fill(0);
+                (b, n)
+            }
+            None => {
+                let mut b = vec![0u8; len];
+                let n = self.read_nonzero(file, b.get_mut(..written).unwrap_or_default())?;
+                (b, n)
+            }
+        };
+        if n < written {
             // The file shrank while we read it: hand out exactly what was read.
-            return Ok(Mapping::Bytes(Arc::from(bytes.get(..n).unwrap_or_default())));
+            let mut b = buf;
+            b.truncate(n);
+            return Ok(Mapping::Shared(Arc::new(b)));
         }
+        let buf = Arc::new(buf);
         *spare = Some((name, buf.clone()));
-        Ok(Mapping::Bytes(buf))
+        Ok(Mapping::Shared(buf))
     }
 
     /// A full scan streams each segment through one window-sized buffer: a window is walked

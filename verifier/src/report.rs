@@ -79,6 +79,10 @@ pub struct Report {
     pub stats: Stats,
     /// The state verdict, when the log was replayed (walcheck part 2).
     pub state: Option<crate::state::StateReport>,
+    /// Spares (segment, bytes) shorter than any segment or of no segment's length: a
+    /// preparation a crash cut short (the file created, its zeros not yet all there). They hold
+    /// nothing and a writer replaces them, so the verdict does not change; they are named.
+    pub unfinished_spares: Vec<(u64, u64)>,
 }
 
 impl Report {
@@ -94,6 +98,7 @@ impl Report {
             live_tail: None,
             stats: Stats::default(),
             state: None,
+            unfinished_spares: Vec::new(),
         }
     }
 
@@ -146,6 +151,9 @@ impl Report {
             "io_error": self.io_error,
             "no_log": self.no_log.map(no_log_text),
             "state_detail": self.state.as_ref().map(|s| s.to_json()),
+            "unfinished_spares": self.unfinished_spares.iter()
+                .map(|&(segment, bytes)| json!({ "segment": segment, "bytes": bytes }))
+                .collect::<Vec<_>>(),
             "stats": {
                 "segments": s.segments, "sealed": s.sealed, "spares": s.spares, "leftovers": s.leftovers,
                 "floor_segment": s.floor_segment, "bytes": s.bytes, "records": s.records,
@@ -203,6 +211,12 @@ impl Report {
             out += &format!(
                 "  live tail from segment {} offset {} (LSN {}) not checked\n",
                 d.segment, d.offset, d.lsn
+            );
+        }
+        for &(seq, bytes) in &self.unfinished_spares {
+            out += &format!(
+                "  spare {}: {bytes} bytes, not a segment's length: a spare whose preparation a crash cut short (created, not yet filled); it holds nothing, and a writer replaces it\n",
+                wal::format::segment_file_name(seq)
             );
         }
         let s = &self.stats;

@@ -63,6 +63,10 @@ pub enum DamageKind {
     /// A segment header, its checksum valid, with flags this build does not know: written by a
     /// newer version (FORMAT.md section 2.1).
     UnsupportedSegmentFlags(u8),
+    /// A name the log owns (a segment's, `wal.meta`, `wal.close`) is not a regular file in the
+    /// log directory: a FIFO, a socket, a device, a directory or a symbolic link (FORMAT.md
+    /// section 1). It is not read.
+    NotRegularFile(Box<crate::storage::NotRegularFile>),
 }
 
 impl fmt::Display for DamageKind {
@@ -111,6 +115,7 @@ impl fmt::Display for DamageKind {
                 write!(f, "bad wal.close: {w} (the log's records are intact; without the file an open walks the last segment)")
             }
             DamageKind::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+            DamageKind::NotRegularFile(n) => write!(f, "{n} (the log never makes one)"),
             DamageKind::UnsupportedSegmentFlags(v) => {
                 write!(f, "segment flags {v:#04x} that this version does not know (a newer writer's)")
             }

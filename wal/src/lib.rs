@@ -48,6 +48,7 @@ pub mod format;
 pub mod io_thread;
 pub mod lifecycle;
 mod log;
+mod log_files;
 pub mod metrics;
 mod open;
 pub mod pipeline;

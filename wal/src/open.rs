@@ -80,6 +80,10 @@ impl Wal {
         let names = storage.list().map_err(|e| Error::io("listing the log directory", e))?;
         let has_meta = names.iter().any(|n| n == META_FILE_NAME);
         let seqs: Vec<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
+        // Nothing is read, created or removed while a log file is a FIFO, a device, ...
+        if let Some(d) = crate::log_files::not_regular_damage(&*storage, &names)? {
+            return Err(Error::Damaged(d));
+        }
         let empty = !has_meta && recovery::only_blank_segments(&*storage, &seqs)?;
         if empty {
             if opts.read_only || !opts.create {

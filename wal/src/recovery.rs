@@ -141,7 +141,8 @@ fn read_ends(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
         }
         Ok(buf)
     })?;
-    Ok(Mapping::Bytes(buf.into()))
+    // Not copied into an `Arc<[u8]>`: the zeros between would all become resident.
+    Ok(Mapping::Shared(std::sync::Arc::new(buf)))
 }
 
 /// Opens segment `seq`, runs `op` on it and closes it; an error of `op` is reported as
@@ -453,6 +454,12 @@ pub fn scan_log_with(
         durable_seq: 0,
         records_walked: 0,
     };
+    // Before anything is read: a FIFO named like a log file would block the read forever.
+    if let Some(d) = crate::log_files::not_regular_damage(storage, &names)? {
+        out.verdict = d.verdict;
+        out.damage = Some(d);
+        return Ok(out);
+    }
     let has_meta = names.iter().any(|n| n == META_FILE_NAME);
     if !has_meta {
         if seqs.is_empty() {

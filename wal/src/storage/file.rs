@@ -4,7 +4,9 @@
 //! ([`FileStorage::with_sync_thread`]) an fdatasync runs there instead, so the submitter can
 //! write the next batch while it is in flight, as it can with io_uring.
 
-use super::{Bell, Completion, FileId, LockGuard, Mapping, Op, Ready, Storage, Submission, SyncThread};
+use super::{
+    not_regular_in, Bell, Completion, FileId, LockGuard, Mapping, Op, Ready, Storage, Submission, SyncThread,
+};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -144,7 +146,7 @@ impl FileStorage {
     fn recycle(&self, from: &str, name: &str, len: u64, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
         let (src, dst) = (self.dir.join(from), self.dir.join(name));
         let r = (|| {
-            let f = OpenOptions::new().write(true).open(&src)?;
+            let f = super::open_regular(&self.dir, from, OpenOptions::new().write(true), false)?;
             let have = f.metadata()?.len();
             if have != len {
                 return Err(io::Error::new(
@@ -282,7 +284,8 @@ impl Storage for FileStorage {
         if create_new {
             o.create_new(true);
         }
-        let f = o.open(self.dir.join(name))?;
+        // Only a regular file (a FIFO named like a segment would block the first read).
+        let f = super::open_regular(&self.dir, name, &mut o, create_new)?;
         let mut next = lock(&self.next_id);
         let id = *next;
         *next += 1;
@@ -308,6 +311,10 @@ impl Storage for FileStorage {
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         pread_full(&*self.file(file)?, offset, buf)
+    }
+
+    fn not_regular(&self, name: &str) -> io::Result<Option<&'static str>> {
+        not_regular_in(&self.dir, name)
     }
 
     fn written_end(&self, file: FileId) -> io::Result<u64> {
@@ -376,12 +383,9 @@ impl Storage for FileStorage {
     }
 
     fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.dir.join(crate::format::LOCK_FILE_NAME))?;
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).create(true).truncate(false);
+        let f = super::open_regular(&self.dir, crate::format::LOCK_FILE_NAME, &mut o, false)?;
         match lock_patiently(&f, exclusive) {
             Ok(()) => Ok(LockGuard::new(Box::new(f))),
             Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(

@@ -66,6 +66,11 @@ macro_rules! forward_storage {
             self.$f.written_end(file)
         }
     };
+    (@one $f:ident not_regular) => {
+        fn not_regular(&self, name: &str) -> ::std::io::Result<::std::option::Option<&'static str>> {
+            self.$f.not_regular(name)
+        }
+    };
     (@one $f:ident scan_window) => {
         fn scan_window(&self) -> ::std::option::Option<usize> {
             self.$f.scan_window()

@@ -19,6 +19,7 @@
 
 mod bell;
 mod file;
+mod file_kind;
 mod forward;
 mod mem;
 #[cfg(target_os = "linux")]
@@ -26,6 +27,7 @@ mod uring;
 
 pub use bell::Bell;
 pub use file::{lock_patiently, pread_full, written_end, FileStorage, LOCK_PATIENCE};
+pub use file_kind::{not_regular, not_regular_in, open_regular, NotRegularFile};
 pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, HeldSync, MemState, MemStorage, SectorFate};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
@@ -74,6 +76,10 @@ pub struct Completion {
 pub enum Mapping {
     Mmap(memmap2::Mmap),
     Bytes(Arc<[u8]>),
+    /// A copy read into a zeroed allocation: the pages nothing was copied into (zeros the
+    /// reader skipped, a file's unwritten rest) are never touched, so they cost no memory.
+    /// (An `Arc<[u8]>` made from such a `Vec` would copy, touching every page.)
+    Shared(Arc<Vec<u8>>),
     Empty,
 }
 
@@ -83,6 +89,7 @@ impl Deref for Mapping {
         match self {
             Mapping::Mmap(m) => m,
             Mapping::Bytes(b) => b,
+            Mapping::Shared(v) => v,
             Mapping::Empty => &[],
         }
     }
@@ -121,6 +128,16 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Atomically replaces `to` with `from` (durable only after [`Op::SyncDir`]).
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     fn len(&self, file: FileId) -> io::Result<u64>;
+    /// What `name` is when it is not a regular file in the log directory (its entry, not what a
+    /// symbolic link points to: "a FIFO", "a symbolic link to a regular file", ...), looked at
+    /// without opening it; `None` for a regular file or no file at all. The default, for a
+    /// storage that holds only regular files, is `None`. A scan refuses such a file before
+    /// anything reads it ([`crate::log_files`]); `open` refuses it too (with
+    /// [`NotRegularFile`]), whatever this says.
+    fn not_regular(&self, name: &str) -> io::Result<Option<&'static str>> {
+        let _ = name;
+        Ok(None)
+    }
     /// Positional read; returns the bytes read (0 at end of file).
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
     /// Maps the whole file read-only. The log never shrinks a file, so a map stays valid.

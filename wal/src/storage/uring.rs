@@ -335,7 +335,7 @@ const fn libc_etime() -> i32 {
 impl Storage for UringStorage {
     // Everything but writes and syncs is the file backend's. `close` too: an operation in
     // flight holds its own handle to the file.
-    crate::forward_storage!(files: list, open, close, remove, rename, len, read_at, map, written_end, lock, prepare_file, prepare_file_reserved, recycle_file);
+    crate::forward_storage!(files: list, open, close, remove, rename, len, not_regular, read_at, map, written_end, lock, prepare_file, prepare_file_reserved, recycle_file);
 
     fn submit(&self, sub: Submission) -> io::Result<()> {
         let kind = match sub.op {
