@@ -6,7 +6,10 @@
 //! follows redirects, retries refusals that say so (no leader yet, a lease not established right
 //! after an election) and connection failures, all within one deadline; what it returns is the
 //! last answer: `Committed` (acknowledged: committed by a majority), a final `Rejected`, or
-//! `Indeterminate`.
+//! `Indeterminate`. An attempt that could not even connect sent nothing: a write none of whose
+//! attempts reached a node is `Rejected` as unavailable (`retry: true`), never `Indeterminate`
+//! ("connection refused" is not "maybe appended"); once one attempt may have been sent, the
+//! write can only end `Committed` or `Indeterminate`.
 //!
 //! One request at a time per `Client` (it keeps one connection per node); use one per
 //! concurrent caller.
@@ -20,6 +23,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
+
+/// A failed call: the error, and whether the request may have reached the node (it was being
+/// written when the call failed). `sent == false`: the connection was never made.
+#[derive(Debug)]
+struct CallFailed {
+    sent: bool,
+    error: io::Error,
+}
 
 /// A client of the nodes at `addrs`.
 #[derive(Debug)]
@@ -72,7 +83,15 @@ impl Client {
 
     /// One request to one node, one reply; the connection is dropped after any failure.
     pub async fn call(&self, addr: &str, msg: &Msg) -> io::Result<Reply> {
+        self.call_sent(addr, msg).await.map_err(|f| f.error)
+    }
+
+    /// [`Client::call`], saying on failure whether the request may have reached the node.
+    async fn call_sent(&self, addr: &str, msg: &Msg) -> Result<Reply, CallFailed> {
         let mut conns = self.conns.lock().await;
+        // Set once the request's first byte may have left: from then on the node may have
+        // read all of it (a failure before that, connecting, sent nothing).
+        let mut sent = false;
         let r = tokio::time::timeout(self.call_timeout, async {
             if !conns.contains_key(addr) {
                 let s = TcpStream::connect(addr).await?;
@@ -80,6 +99,7 @@ impl Client {
                 conns.insert(addr.to_string(), s);
             }
             let Some(s) = conns.get_mut(addr) else { return Err(io::Error::other("no connection")) };
+            sent = true;
             write_frame(s, msg, &[]).await?;
             match read_frame::<_, Reply>(s).await? {
                 Some((reply, _)) => Ok(reply),
@@ -93,7 +113,7 @@ impl Client {
         if r.is_err() {
             conns.remove(addr);
         }
-        r
+        r.map_err(|error| CallFailed { sent, error })
     }
 
     /// One write attempt at one node, no routing or retry.
@@ -103,10 +123,21 @@ impl Client {
         command: &catalog::Command,
         request_id: u64,
     ) -> io::Result<WriteReply> {
-        match self.call(addr, &Msg::Write { command: command.encode(), request_id, forwarded: false }).await?
-        {
+        self.write_attempt(addr, command, request_id).await.map_err(|f| f.error)
+    }
+
+    async fn write_attempt(
+        &self,
+        addr: &str,
+        command: &catalog::Command,
+        request_id: u64,
+    ) -> Result<WriteReply, CallFailed> {
+        let msg = Msg::Write { command: command.encode(), request_id, forwarded: false };
+        match self.call_sent(addr, &msg).await? {
             Reply::Write(w) => Ok(w),
-            other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
+            other => {
+                Err(CallFailed { sent: true, error: io::Error::other(format!("unexpected reply {other:?}")) })
+            }
         }
     }
 
@@ -134,7 +165,7 @@ impl Client {
                 break;
             }
             let rotate;
-            match self.write_once(&target, command, request_id).await {
+            match self.write_attempt(&target, command, request_id).await {
                 Ok(WriteReply::Redirect { addr, .. }) => {
                     // The first redirect is followed at once; after that a short pause: two
                     // nodes with stale views must not bounce a request between them at full
@@ -165,11 +196,19 @@ impl Client {
                     maybe_appended |= matches!(w, WriteReply::Indeterminate { .. });
                     last = w;
                 }
-                Err(e) => {
+                Err(CallFailed { sent: false, error }) => {
+                    // Not connected: nothing reached that node, nothing can be appended.
+                    rotate = true;
+                    last = WriteReply::Rejected {
+                        why: format!("unavailable: no node could be reached ({target}: {error})"),
+                        retry: true,
+                    };
+                }
+                Err(CallFailed { sent: true, error }) => {
                     // The request may have been sent before the connection failed.
                     rotate = true;
                     maybe_appended = true;
-                    last = WriteReply::Indeterminate { why: e.to_string() };
+                    last = WriteReply::Indeterminate { why: error.to_string() };
                 }
             }
             if rotate && !self.addrs.is_empty() {

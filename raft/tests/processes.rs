@@ -4,210 +4,20 @@
 //! node refusing to start. Every wait is bounded; every child is killed when its cluster is
 //! dropped (also when an assertion fails). The clusters run one at a time (2 cores).
 
-use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use wal_raft::client::Client;
-use wal_raft::net::wire::{NodeMetrics, WriteReply};
+use wal_raft::net::wire::WriteReply;
 use wal_raft::Response;
 
-const BIN: &str = env!("CARGO_BIN_EXE_walraft-node");
+mod support;
+
+use support::{create, created_id, free_ports, Cluster, BIN, WAIT};
+
 /// One cluster at a time: three nodes each on two shared cores is enough.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const WAIT: Duration = Duration::from_secs(20);
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    addrs: BTreeMap<u64, String>,
-    children: BTreeMap<u64, Child>,
-    extra: Vec<String>,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
-
-impl Cluster {
-    /// Three nodes, node 1 initializing; `extra` flags for every node.
-    fn start(extra: &[&str]) -> Cluster {
-        let ports = free_ports(3);
-        let addrs = (1..=3u64).zip(ports).map(|(i, p)| (i, format!("127.0.0.1:{p}"))).collect();
-        let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
-            addrs,
-            children: BTreeMap::new(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        for id in 1..=3 {
-            c.spawn(id);
-        }
-        c
-    }
-
-    fn data(&self, id: u64) -> PathBuf {
-        self.dir.path().join(format!("n{id}"))
-    }
-
-    /// The last lines each node printed (its stdout and stderr go to `n<id>.out`), for a failure.
-    fn outputs(&self, ids: &[u64]) -> String {
-        let mut out = String::new();
-        for id in ids {
-            let text =
-                std::fs::read_to_string(self.dir.path().join(format!("n{id}.out"))).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            out.push_str(&format!("--- node {id}, last lines of its output:\n"));
-            for l in &lines[lines.len().saturating_sub(15)..] {
-                out.push_str(l);
-                out.push('\n');
-            }
-        }
-        out
-    }
-
-    fn addr(&self, id: u64) -> String {
-        self.addrs[&id].clone()
-    }
-
-    fn spawn(&mut self, id: u64) {
-        assert!(!self.children.contains_key(&id), "node {id} already runs");
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(format!("n{id}.out")))
-            .unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.args(["run", "--id", &id.to_string(), "--listen", &self.addr(id), "--data"])
-            .arg(self.data(id))
-            .args(["--allow-faults", "--heartbeat-ms", "50", "--election-min-ms", "300"])
-            .args(["--election-max-ms", "600", "--write-timeout-ms", "2000", "--checkpoint-every", "8"])
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out);
-        for (p, a) in &self.addrs {
-            if *p != id {
-                cmd.arg("--peer").arg(format!("{p}={a}"));
-            }
-        }
-        if id == 1 {
-            cmd.arg("--initialize");
-        }
-        self.children.insert(id, cmd.spawn().unwrap());
-    }
-
-    /// SIGKILL: the process dies between any two instructions.
-    fn kill9(&mut self, id: u64) {
-        let mut c = self.children.remove(&id).unwrap();
-        c.kill().unwrap();
-        c.wait().unwrap();
-    }
-
-    /// SIGTERM and wait (bounded; SIGKILL after 10 s).
-    fn stop(&mut self, id: u64) {
-        let mut c = self.children.remove(&id).unwrap();
-        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if c.try_wait().unwrap().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-
-    fn stop_all(&mut self) {
-        let ids: Vec<u64> = self.children.keys().copied().collect();
-        for id in ids {
-            self.stop(id);
-        }
-    }
-
-    fn client(&self, ids: &[u64]) -> Client {
-        let mut c = Client::new(ids.iter().map(|i| self.addr(*i)).collect());
-        c.call_timeout = Duration::from_secs(5);
-        c.write_deadline = Duration::from_secs(15);
-        c
-    }
-
-    /// The node's stdout and stderr so far (for failure messages).
-    fn output(&self, id: u64) -> String {
-        std::fs::read_to_string(self.dir.path().join(format!("n{id}.out"))).unwrap_or_default()
-    }
-
-    async fn metrics(&self, id: u64) -> Option<NodeMetrics> {
-        let c = self.client(&[id]);
-        tokio::time::timeout(Duration::from_secs(2), c.metrics(&self.addr(id))).await.ok()?.ok()
-    }
-
-    /// A leader among `among` that a majority of `among` agrees on (bounded).
-    async fn leader(&self, among: &[u64]) -> (u64, u64) {
-        let t = Instant::now();
-        while t.elapsed() < WAIT {
-            let mut ms = Vec::new();
-            for id in among {
-                if let Some(m) = self.metrics(*id).await {
-                    ms.push(m);
-                }
-            }
-            if let Some(l) = ms.iter().find(|m| m.state == "Leader") {
-                let agree = ms.iter().filter(|m| m.leader == Some(l.id) && m.term == l.term).count();
-                if agree * 2 > among.len() {
-                    return (l.id, l.term);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("no leader among {among:?} within {WAIT:?}");
-    }
-
-    /// Waits until every node in `ids` has applied the same index, at least `at_least`, with the
-    /// same digest; returns (index, digest).
-    async fn converged(&self, ids: &[u64], at_least: u64) -> (u64, String) {
-        let t = Instant::now();
-        let mut last = Vec::new();
-        while t.elapsed() < WAIT {
-            last.clear();
-            for id in ids {
-                last.push(self.metrics(*id).await);
-            }
-            if let Some(Some(first)) = last.first() {
-                let same = last.iter().all(|m| {
-                    m.as_ref()
-                        .is_some_and(|m| m.last_applied == first.last_applied && m.digest == first.digest)
-                });
-                if same && first.last_applied.is_some_and(|a| a >= at_least) {
-                    return (first.last_applied.unwrap_or(0), first.digest.clone());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("nodes {ids:?} did not converge at or past {at_least}: {last:#?}\n{}", self.outputs(ids));
-    }
-}
-
-fn create(name: &str) -> catalog::Command {
-    catalog::Command::Create {
-        parent: None,
-        kind: catalog::EntityKind::Metalake,
-        name: name.into(),
-        props: vec![],
-    }
-}
 
 fn create_under(parent: u64, kind: catalog::EntityKind, name: &str) -> catalog::Command {
     catalog::Command::Create {
@@ -215,17 +25,6 @@ fn create_under(parent: u64, kind: catalog::EntityKind, name: &str) -> catalog::
         kind,
         name: name.into(),
         props: vec![],
-    }
-}
-
-/// The entity a committed create made (its id is its index; a duplicate's is the first index).
-fn created_id(w: &WriteReply) -> Option<u64> {
-    match w {
-        WriteReply::Committed { outcome: Response::Done(r), .. } => {
-            catalog::Receipt::decode(r).ok().map(|r| r.id.0)
-        }
-        WriteReply::Committed { outcome: Response::Duplicate { first_index }, .. } => Some(*first_index),
-        _ => None,
     }
 }
 

@@ -87,6 +87,12 @@ impl NodeConfig {
             // Pre-vote: a node back from a partition does not disrupt the leader with a
             // higher term it could never win.
             enable_pre_vote: Some(true),
+            // No leader restore (openraft's default restores it): a node that was leader when
+            // it stopped comes back a follower, and leads again only after winning an election,
+            // in a new term. Its log may have lost entries it had already shipped (they are
+            // served to followers before they are durable here); leading the same term again
+            // would give their log ids to other entries. docs/replication-safety.md.
+            enable_leader_restore: Some(false),
             ..Config::default()
         };
         c.validate().map(Arc::new).map_err(|e| io::Error::other(format!("raft config: {e}")))
@@ -163,4 +169,19 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     };
     let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));
     Ok(Started::Running(RunningNode { raft, addr, verdict, server }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The config every node runs with never restores a leader on restart (see
+    /// `enable_leader_restore` above); the process test of it is `tests/double_kill.rs`.
+    #[test]
+    fn a_restarted_leader_is_never_restored_without_an_election() {
+        let cfg = NodeConfig::new(1, "127.0.0.1:0".into(), BTreeMap::new(), PathBuf::from("unused"));
+        let raft = cfg.raft_config().unwrap();
+        assert_eq!(raft.enable_leader_restore, Some(false));
+        assert_eq!(raft.enable_pre_vote, Some(true));
+    }
 }

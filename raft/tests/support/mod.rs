@@ -1,0 +1,253 @@
+//! Three real `walraft-node` processes on loopback (the binary cargo built), shared by the
+//! process tests (`processes.rs`, `double_kill.rs`). Every wait is bounded; every child is
+//! killed when its cluster is dropped (also when an assertion fails).
+
+// Each test binary that includes this module uses a different part of it.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use wal_raft::client::Client;
+use wal_raft::net::wire::{NodeMetrics, WriteReply};
+use wal_raft::Response;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_walraft-node");
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub addrs: BTreeMap<u64, String>,
+    pub children: BTreeMap<u64, Child>,
+    pub extra: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, mut c) in std::mem::take(&mut self.children) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+impl Cluster {
+    /// Three nodes, node 1 initializing; `extra` flags for every node.
+    pub fn start(extra: &[&str]) -> Cluster {
+        let ports = free_ports(3);
+        let addrs = (1..=3u64).zip(ports).map(|(i, p)| (i, format!("127.0.0.1:{p}"))).collect();
+        let mut c = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            addrs,
+            children: BTreeMap::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for id in 1..=3 {
+            c.spawn(id);
+        }
+        c
+    }
+
+    pub fn data(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("n{id}"))
+    }
+
+    /// The last lines each node printed (its stdout and stderr go to `n<id>.out`), for a failure.
+    pub fn outputs(&self, ids: &[u64]) -> String {
+        let mut out = String::new();
+        for id in ids {
+            let text =
+                std::fs::read_to_string(self.dir.path().join(format!("n{id}.out"))).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- node {id}, last lines of its output:\n"));
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    pub fn addr(&self, id: u64) -> String {
+        self.addrs[&id].clone()
+    }
+
+    pub fn spawn(&mut self, id: u64) {
+        assert!(!self.children.contains_key(&id), "node {id} already runs");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("n{id}.out")))
+            .unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--id", &id.to_string(), "--listen", &self.addr(id), "--data"])
+            .arg(self.data(id))
+            .arg("--allow-faults")
+            .args(self.defaults_not_overridden())
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        for (p, a) in &self.addrs {
+            if *p != id {
+                cmd.arg("--peer").arg(format!("{p}={a}"));
+            }
+        }
+        if id == 1 {
+            cmd.arg("--initialize");
+        }
+        self.children.insert(id, cmd.spawn().unwrap());
+    }
+
+    /// SIGKILL: the process dies between any two instructions.
+    pub fn kill9(&mut self, id: u64) {
+        self.kill9_together(&[id]);
+    }
+
+    /// SIGKILL to each of `ids` before waiting for any: they die at the same moment, as when
+    /// two machines lose power together.
+    pub fn kill9_together(&mut self, ids: &[u64]) {
+        let mut cs: Vec<Child> = ids.iter().map(|id| self.children.remove(id).unwrap()).collect();
+        for c in &mut cs {
+            c.kill().unwrap();
+        }
+        for c in &mut cs {
+            c.wait().unwrap();
+        }
+    }
+
+    /// The tests' timing flags (fast heartbeats and elections, frequent checkpoints), except
+    /// those the cluster's `extra` flags set (a flag given twice is a usage error).
+    fn defaults_not_overridden(&self) -> Vec<&'static str> {
+        const DEFAULTS: [(&str, &str); 5] = [
+            ("--heartbeat-ms", "50"),
+            ("--election-min-ms", "300"),
+            ("--election-max-ms", "600"),
+            ("--write-timeout-ms", "2000"),
+            ("--checkpoint-every", "8"),
+        ];
+        DEFAULTS
+            .iter()
+            .filter(|(f, _)| !self.extra.iter().any(|e| e == f))
+            .flat_map(|(f, v)| [*f, *v])
+            .collect()
+    }
+
+    /// Sends `signal` (a name `kill` knows: STOP, CONT) to the node's process.
+    pub fn signal(&self, id: u64, signal: &str) {
+        let pid = self.children[&id].id().to_string();
+        let s = Command::new("kill").arg(format!("-{signal}")).arg(pid).status().unwrap();
+        assert!(s.success(), "kill -{signal} node {id}: {s}");
+    }
+
+    /// SIGTERM and wait (bounded; SIGKILL after 10 s).
+    pub fn stop(&mut self, id: u64) {
+        let mut c = self.children.remove(&id).unwrap();
+        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if c.try_wait().unwrap().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    pub fn stop_all(&mut self) {
+        let ids: Vec<u64> = self.children.keys().copied().collect();
+        for id in ids {
+            self.stop(id);
+        }
+    }
+
+    pub fn client(&self, ids: &[u64]) -> Client {
+        let mut c = Client::new(ids.iter().map(|i| self.addr(*i)).collect());
+        c.call_timeout = Duration::from_secs(5);
+        c.write_deadline = Duration::from_secs(15);
+        c
+    }
+
+    /// The node's stdout and stderr so far (for failure messages).
+    pub fn output(&self, id: u64) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("n{id}.out"))).unwrap_or_default()
+    }
+
+    pub async fn metrics(&self, id: u64) -> Option<NodeMetrics> {
+        let c = self.client(&[id]);
+        tokio::time::timeout(Duration::from_secs(2), c.metrics(&self.addr(id))).await.ok()?.ok()
+    }
+
+    /// A leader among `among` that a majority of `among` agrees on (bounded).
+    pub async fn leader(&self, among: &[u64]) -> (u64, u64) {
+        let t = Instant::now();
+        while t.elapsed() < WAIT {
+            let mut ms = Vec::new();
+            for id in among {
+                if let Some(m) = self.metrics(*id).await {
+                    ms.push(m);
+                }
+            }
+            if let Some(l) = ms.iter().find(|m| m.state == "Leader") {
+                let agree = ms.iter().filter(|m| m.leader == Some(l.id) && m.term == l.term).count();
+                if agree * 2 > among.len() {
+                    return (l.id, l.term);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no leader among {among:?} within {WAIT:?}");
+    }
+
+    /// Waits until every node in `ids` has applied the same index, at least `at_least`, with the
+    /// same digest; returns (index, digest).
+    pub async fn converged(&self, ids: &[u64], at_least: u64) -> (u64, String) {
+        let t = Instant::now();
+        let mut last = Vec::new();
+        while t.elapsed() < WAIT {
+            last.clear();
+            for id in ids {
+                last.push(self.metrics(*id).await);
+            }
+            if let Some(Some(first)) = last.first() {
+                let same = last.iter().all(|m| {
+                    m.as_ref()
+                        .is_some_and(|m| m.last_applied == first.last_applied && m.digest == first.digest)
+                });
+                if same && first.last_applied.is_some_and(|a| a >= at_least) {
+                    return (first.last_applied.unwrap_or(0), first.digest.clone());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("nodes {ids:?} did not converge at or past {at_least}: {last:#?}\n{}", self.outputs(ids));
+    }
+}
+
+pub fn create(name: &str) -> catalog::Command {
+    catalog::Command::Create {
+        parent: None,
+        kind: catalog::EntityKind::Metalake,
+        name: name.into(),
+        props: vec![],
+    }
+}
+
+/// The entity a committed create made (its id is its index; a duplicate's is the first index).
+pub fn created_id(w: &WriteReply) -> Option<u64> {
+    match w {
+        WriteReply::Committed { outcome: Response::Done(r), .. } => {
+            catalog::Receipt::decode(r).ok().map(|r| r.id.0)
+        }
+        WriteReply::Committed { outcome: Response::Duplicate { first_index }, .. } => Some(*first_index),
+        _ => None,
+    }
+}
