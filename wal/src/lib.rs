@@ -50,6 +50,7 @@ pub mod lifecycle;
 mod log;
 pub mod metrics;
 mod open;
+mod open_check;
 pub mod pipeline;
 pub mod recovery;
 mod recycle;
@@ -63,7 +64,8 @@ pub mod ticket;
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
 pub use io_thread::{AsyncOptions, AsyncWal, Durability, Payload, WhenFull};
 pub use log::{
-    Backend, Checkpoint, OpenReport, Options, PurgeReport, SegmentFill, Wal, RESERVE_BYTES_PER_SYNC,
+    Backend, Checkpoint, OpenCheck, OpenReport, Options, PurgeReport, SegmentFill, Wal,
+    RESERVE_BYTES_PER_SYNC,
 };
 pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
 pub use replay::{Bound, Item, ItemKind, Replay};

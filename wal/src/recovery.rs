@@ -67,6 +67,9 @@ pub struct LogScan {
     pub durable_seq: u64,
     /// Records walked (a fast scan walks only the last segment).
     pub records_walked: u64,
+    /// Segments taken on their footer (and `wal.close`) without a walk: their records are
+    /// unchecked (a writer checks them before its first write: `open_check.rs`).
+    pub trusted: usize,
 }
 
 impl LogScan {
@@ -452,6 +455,7 @@ pub fn scan_log_with(
         logical: None,
         durable_seq: 0,
         records_walked: 0,
+        trusted: 0,
     };
     let has_meta = names.iter().any(|n| n == META_FILE_NAME);
     if !has_meta {
@@ -644,6 +648,7 @@ pub fn scan_log_with(
                     };
                     let data_end = p.data_end.get();
                     out.segments.push(SegmentInfo { seq, header, footer: Some(info), counts, data_end });
+                    out.trusted += 1;
                     logical = at_close.clone();
                     continue;
                 }
