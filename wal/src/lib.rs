@@ -5,6 +5,11 @@
 //! memory maps. Recovery tells a torn tail (cut) from corruption (refused, with where it is);
 //! `FORMAT.md` describes every byte and the crash-correctness argument.
 //!
+//! An open is fast (O(segments) bytes): it takes sealed segments on their footers and a clean
+//! close on `wal.close`. No write lands after an acknowledged record that fails its checksum
+//! without [`Error::Damaged`] first: the first write walks the whole log unless a replay of the
+//! whole log through the handle already checked every record ([`OpenCheck`], `open_check.rs`).
+//!
 //! ```
 //! use wal::{Epoch, Options, Wal};
 //! let dir = tempfile::tempdir().unwrap();
