@@ -209,49 +209,59 @@ fn async_wal_reports_corrupt_before_any_write() {
     });
 }
 
-/// A pipeline restarting from a snapshot replays only the entries after it: the damage before
-/// the snapshot is still found before the first write.
+/// A pipeline restarting from a snapshot replays only the entries after it: damage before the
+/// snapshot, in a segment sealed by a rotation (entry 320) or in the one the clean close sealed
+/// (entry 420; the newest snapshot is at 450, the last entry), is still found before the first
+/// write.
 #[test]
 fn pipeline_open_from_a_snapshot_reports_corrupt_before_any_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = PipelineOptions {
-        log: opts(),
-        checkpoint_every_entries: 16,
-        dedupe_window: 1000,
-        snapshot_every_entries: Some(150),
-        ..PipelineOptions::default()
-    };
-    let (p, _) = Pipeline::open(dir.path(), o.clone(), Hooks::default(), Kv::default).unwrap();
-    for i in 0..400u32 {
-        let body = format!("put k{} {}", i % 13, String::from_utf8(entry(i)).unwrap().replace(' ', "_"));
-        let d = p.submit(body.as_bytes(), Some(u64::from(i) + 1)).unwrap();
-        d.wait_timeout(Duration::from_secs(20)).expect("resolved").expect("committed");
-    }
-    p.close().unwrap();
-    // Entry 200: after the older snapshot (150, the purge floor) and before the newest (300).
-    let needle = "entry_00200_".as_bytes();
-    let mut seq = None;
-    for s in segments(dir.path()) {
-        let path = dir.path().join(wal::format::segment_file_name(s));
-        let mut bytes = std::fs::read(&path).unwrap();
-        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
-            bytes[at + needle.len() + 50] ^= 0x10;
-            std::fs::write(&path, &bytes).unwrap();
-            seq = Some(s);
-            break;
+    for (victim, in_last) in [(320u32, false), (420, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = PipelineOptions {
+            log: opts(),
+            checkpoint_every_entries: 16,
+            dedupe_window: 1000,
+            snapshot_every_entries: Some(150),
+            ..PipelineOptions::default()
+        };
+        let (p, _) = Pipeline::open(dir.path(), o.clone(), Hooks::default(), Kv::default).unwrap();
+        for i in 0..450u32 {
+            let body = format!("put k{} {}", i % 13, String::from_utf8(entry(i)).unwrap().replace(' ', "_"));
+            let d = p.submit(body.as_bytes(), Some(u64::from(i) + 1)).unwrap();
+            d.wait_timeout(Duration::from_secs(20)).expect("resolved").expect("committed");
         }
-    }
-    let seq = seq.expect("entry 200 is in the log");
-    let before = dir_bytes(dir.path());
-    match Pipeline::open(dir.path(), o, Hooks::default(), Kv::default) {
-        Err(e) => damaged(Err::<(), _>(e), seq),
-        Ok((p, report)) => {
-            assert!(report.snapshot.as_ref().and_then(|s| s.applied) == Some(Lsn(300)));
-            let r =
-                p.submit(b"put after damage", Some(10_000)).map(|d| d.wait_timeout(Duration::from_secs(20)));
-            let _ = p.close();
-            panic!("the pipeline opened over the damage and took a command: {r:?}");
+        p.close().unwrap();
+        let needle = format!("entry_{victim:05}_").into_bytes();
+        let mut seq = None;
+        for s in segments(dir.path()) {
+            let path = dir.path().join(wal::format::segment_file_name(s));
+            let mut bytes = std::fs::read(&path).unwrap();
+            if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+                bytes[at + needle.len() + 50] ^= 0x10;
+                std::fs::write(&path, &bytes).unwrap();
+                seq = Some(s);
+                break;
+            }
         }
+        let seq = seq.expect("the entry is in the log");
+        let last = wal::scan_log(&wal::storage::FileStorage::new(dir.path(), false).unwrap(), false)
+            .unwrap()
+            .segments
+            .last()
+            .map(|s| s.seq);
+        assert_eq!(last == Some(seq), in_last, "entry {victim} in segment {seq}, the last is {last:?}");
+        let before = dir_bytes(dir.path());
+        match Pipeline::open(dir.path(), o, Hooks::default(), Kv::default) {
+            Err(e) => damaged(Err::<(), _>(e), seq),
+            Ok((p, report)) => {
+                let from = report.snapshot.as_ref().and_then(|s| s.applied);
+                let r = p
+                    .submit(b"put after damage", Some(10_000))
+                    .map(|d| d.wait_timeout(Duration::from_secs(20)));
+                let _ = p.close();
+                panic!("entry {victim}: the pipeline opened from {from:?} over the damage and took a command: {r:?}");
+            }
+        }
+        assert!(dir_bytes(dir.path()) == before, "entry {victim}: the directory changed");
     }
-    assert!(dir_bytes(dir.path()) == before, "the directory changed");
 }
