@@ -12,9 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
-use wal::{
-    AsyncOptions, AsyncWal, CrcVerdict, Damage, Durability, Epoch, Error, Lsn, OpenCheck, Options, Wal,
-};
+use wal::{AsyncOptions, AsyncWal, CrcVerdict, Damage, Durability, Epoch, Error, OpenCheck, Options, Wal};
 
 const SEG: u32 = 64 * 1024;
 
