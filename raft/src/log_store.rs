@@ -186,7 +186,11 @@ impl LogStore {
         self.tx.clone()
     }
 
-    pub(crate) fn start_wal(wal: Wal) -> io::Result<LogStore> {
+    pub(crate) fn start_wal(mut wal: Wal) -> io::Result<LogStore> {
+        // openraft reads entries lazily, so nothing else walks the records the open took on
+        // trust before the first append: check them here, and refuse a damaged log at the open
+        // (wal's `Wal::check_records`: nothing to walk when the open walked everything).
+        wal.check_records().map_err(io::Error::other)?;
         let vote: Option<Vote> = codec::read_meta(VOTE_META_KEY, wal.meta(VOTE_META_KEY))?;
         let committed: Option<Option<LogId>> =
             codec::read_meta(COMMITTED_META_KEY, wal.meta(COMMITTED_META_KEY))?;

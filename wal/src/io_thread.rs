@@ -253,13 +253,16 @@ impl std::fmt::Debug for AsyncWal {
 }
 
 impl AsyncWal {
-    /// Hands `wal` to a new I/O thread.
-    pub fn start(wal: Wal, opts: AsyncOptions) -> Result<AsyncWal> {
+    /// Hands `wal` to a new I/O thread, after checking the records its open took on trust
+    /// ([`Wal::check_records`]: nothing when a whole replay already did): a damaged log is
+    /// refused here with `Error::Damaged`, not at the first append on the thread.
+    pub fn start(mut wal: Wal, opts: AsyncOptions) -> Result<AsyncWal> {
         if opts.queue_entries == 0 || opts.max_batch_entries == 0 {
             return Err(Error::InvalidArgument(
                 "queue_entries and max_batch_entries must be at least 1".into(),
             ));
         }
+        wal.check_records()?;
         let shared = Arc::new(Shared {
             submit: Mutex::new(Submit {
                 next_lsn: wal.next_lsn().0,

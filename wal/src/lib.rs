@@ -5,6 +5,11 @@
 //! memory maps. Recovery tells a torn tail (cut) from corruption (refused, with where it is);
 //! `FORMAT.md` describes every byte and the crash-correctness argument.
 //!
+//! An open is fast (O(segments) bytes): it takes sealed segments on their footers and a clean
+//! close on `wal.close`. No write lands after an acknowledged record that fails its checksum
+//! without [`Error::Damaged`] first: the first write walks the whole log unless a replay of the
+//! whole log through the handle already checked every record ([`OpenCheck`], `open_check.rs`).
+//!
 //! ```
 //! use wal::{Epoch, Options, Wal};
 //! let dir = tempfile::tempdir().unwrap();
@@ -51,6 +56,7 @@ mod log;
 mod log_files;
 pub mod metrics;
 mod open;
+mod open_check;
 pub mod pipeline;
 pub mod recovery;
 mod recycle;
@@ -64,7 +70,8 @@ pub mod ticket;
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
 pub use io_thread::{AsyncOptions, AsyncWal, Durability, Payload, WhenFull};
 pub use log::{
-    Backend, Checkpoint, OpenReport, Options, PurgeReport, SegmentFill, Wal, RESERVE_BYTES_PER_SYNC,
+    Backend, Checkpoint, OpenCheck, OpenReport, Options, PurgeReport, SegmentFill, Wal,
+    RESERVE_BYTES_PER_SYNC,
 };
 pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
 pub use replay::{Bound, Item, ItemKind, Replay};

@@ -20,6 +20,8 @@ use crate::batch::{self, merge_counts, seal_batch, Frame, FRAME_LEN};
 use crate::error::{CrcVerdict, Damage, Error, Result};
 use crate::format::*;
 
+pub use crate::open_check::OpenCheck;
+use crate::open_check::Trust;
 use crate::recovery::{RecoveryMode, SegmentInfo};
 use crate::replay::{Bound, Replay};
 use crate::scan::{self, Counts, FooterInfo, Logical};
@@ -112,6 +114,10 @@ pub struct Options {
     /// out of space. They count against `max_log_bytes` like spares. 0 removes every purged
     /// file.
     pub recycle_segments: usize,
+    /// When the records the open takes on trust (sealed segments' footers, `wal.close`) are
+    /// checked: before the first write by default (a whole replay counts), at the open, or,
+    /// only by name, never (see [`OpenCheck`], README "What an open checks").
+    pub open_check: OpenCheck,
 }
 
 /// How a new segment file is made of zeros before records overwrite it.
@@ -156,6 +162,7 @@ impl Default for Options {
             max_log_bytes: None,
             segment_fill: SegmentFill::Adaptive,
             recycle_segments: 2,
+            open_check: OpenCheck::BeforeFirstWrite,
         }
     }
 }
@@ -282,6 +289,10 @@ pub struct Wal {
     pub(crate) token: u64,
     pub(crate) closed: bool,
     pub(crate) pipe: Pipelined,
+    /// Whether the records the open took on trust were checked (`open_check.rs`).
+    pub(crate) trust: Arc<Trust>,
+    /// The next segment to prepare once they were (preparing creates a file: not before).
+    pub(crate) deferred_prepare: Option<u64>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -357,13 +368,15 @@ impl Wal {
 
     // ----- appends (staged) -----
 
-    fn check_writable(&self, epoch: Option<Epoch>) -> Result<()> {
+    fn check_writable(&mut self, epoch: Option<Epoch>) -> Result<()> {
         if self.opts.read_only || self.closed {
             return Err(Error::ReadOnly);
         }
         if let Some(cause) = &self.poisoned {
             return Err(Error::Poisoned { cause: cause.clone() });
         }
+        // No write lands after a record that fails its checksum (open_check.rs).
+        self.check_records()?;
         if let Some(Epoch(e)) = epoch {
             let current = self.logical.epoch;
             // Mutant (tools/mutants.sh, I7): an append from a stale writer is accepted.
@@ -1105,11 +1118,28 @@ impl Wal {
             self.closed = true;
             return Ok(());
         }
+        if self.trust.unchecked() && self.close_writes_nothing() {
+            // Nothing to seal or record: the log stays as the open found it, unchecked.
+            self.closed = true;
+            self.finish_preparing(None);
+            return Ok(());
+        }
         self.check_writable(None)?;
         let r = self.seal_active().and_then(|()| self.record_close());
         self.closed = true;
         self.finish_preparing(None);
         r
+    }
+
+    /// Whether a close would write nothing: no active segment to seal and the last sealed one
+    /// already recorded as closed (what `seal_active` and `record_close` skip).
+    fn close_writes_nothing(&self) -> bool {
+        self.active.is_none()
+            && !self.staged.open
+            && self
+                .segments
+                .last()
+                .is_none_or(|s| s.footer.is_none() || self.meta.closed_segment_seq.get() == s.seq)
     }
 
     /// Drops the handle without syncing or sealing: what a crash of the process leaves (written
@@ -1213,7 +1243,13 @@ impl Wal {
             Bound::Written => self.written_end(),
             Bound::Durable => self.durable_end,
         };
-        Replay::new(self.storage.clone(), self.pins.clone(), &self.segments, end, from.map(|l| l.0))
+        // A replay of the whole log re-checks every record: it stands for the check when it ends
+        // cleanly. One from an LSN skips records, so it does not.
+        let credit = (from.is_none() && self.trust.unchecked()).then(|| self.trust.clone());
+        let mut r =
+            Replay::new(self.storage.clone(), self.pins.clone(), &self.segments, end, from.map(|l| l.0))?;
+        r.credit = credit;
+        Ok(r)
     }
 
     /// (segment, offset) just past the last written batch.

@@ -5,7 +5,8 @@ use crate::batch::FRAME_LEN;
 use crate::error::{CrcVerdict, Error, Result};
 use crate::format::*;
 use crate::lifecycle::{cut_tail, init, sync_dir, sync_unsealed};
-use crate::log::{Active, Backend, OpenReport, Options, Spare, Staged, Wal, STATE_MAX_LEN};
+use crate::log::{Active, Backend, OpenCheck, OpenReport, Options, Spare, Staged, Wal, STATE_MAX_LEN};
+use crate::open_check::Trust;
 use crate::recovery::{self, LogScan, RecoveryMode};
 use crate::scan::Logical;
 use crate::storage::{FileStorage, LockGuard, Storage};
@@ -102,7 +103,9 @@ impl Wal {
             // unsynced (the newest segments and the directory) before reading anything.
             sync_unsealed(&*storage)?;
         }
-        let mut scan = recovery::scan_log(&*storage, false)?;
+        // A full scan when asked for at the open (open_check.rs); a fast one otherwise.
+        let full = opts.open_check == OpenCheck::AtOpen;
+        let mut scan = recovery::scan_log(&*storage, full)?;
         let mut report = OpenReport {
             verdict: scan.verdict,
             damage: scan.damage.clone(),
@@ -118,7 +121,7 @@ impl Wal {
                 (RecoveryMode::Salvage, _) => {}
                 (RecoveryMode::TruncateTornTail, CrcVerdict::TornTail) if !opts.read_only => {
                     report.cut = Some(cut_tail(&*storage, &d)?);
-                    scan = recovery::scan_log(&*storage, false)?;
+                    scan = recovery::scan_log(&*storage, full)?;
                     if let Some(d2) = scan.damage {
                         return Err(Error::Damaged(d2));
                     }
@@ -158,6 +161,7 @@ impl Wal {
             meta: Default::default(),
         });
         let last_seq = scan.next_seq.saturating_sub(1);
+        let checked = scan.trusted == 0 || opts.open_check == OpenCheck::TrustSealed;
         let mut wal = Wal {
             storage,
             _lock: lock,
@@ -188,6 +192,8 @@ impl Wal {
             token: 0,
             closed: false,
             pipe: Default::default(),
+            trust: Trust::new(checked),
+            deferred_prepare: None,
             opts,
         };
         wal.durable_end = wal.written_end();
@@ -214,7 +220,12 @@ impl Wal {
             }
         }
         if let Some(seq) = resume {
-            wal.prepare_next(seq + 1);
+            if checked {
+                wal.prepare_next(seq + 1);
+            } else {
+                // It creates a file: not before the records are checked (open_check.rs).
+                wal.deferred_prepare = Some(seq + 1);
+            }
         }
         Ok(wal)
     }

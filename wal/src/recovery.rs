@@ -67,6 +67,9 @@ pub struct LogScan {
     pub durable_seq: u64,
     /// Records walked (a fast scan walks only the last segment).
     pub records_walked: u64,
+    /// Segments taken on their footer (and `wal.close`) without a walk: their records are
+    /// unchecked (a writer checks them before its first write: `open_check.rs`).
+    pub trusted: usize,
 }
 
 impl LogScan {
@@ -453,6 +456,7 @@ pub fn scan_log_with(
         logical: None,
         durable_seq: 0,
         records_walked: 0,
+        trusted: 0,
     };
     // Before anything is read: a FIFO named like a log file would block the read forever.
     if let Some(d) = crate::log_files::not_regular_damage(storage, &names)? {
@@ -651,6 +655,7 @@ pub fn scan_log_with(
                     };
                     let data_end = p.data_end.get();
                     out.segments.push(SegmentInfo { seq, header, footer: Some(info), counts, data_end });
+                    out.trusted += 1;
                     logical = at_close.clone();
                     continue;
                 }

@@ -87,6 +87,9 @@ pub struct Replay {
     from: Option<u64>,
     i: usize,
     cur: Option<Cur>,
+    /// The handle's check, when this replay walks the whole log of a handle whose open took
+    /// segments on trust: marked done when the replay reaches its end without damage.
+    pub(crate) credit: Option<Arc<crate::open_check::Trust>>,
 }
 
 impl std::fmt::Debug for Replay {
@@ -166,6 +169,7 @@ impl Replay {
                 from,
                 i: 0,
                 cur: None,
+                credit: None,
             });
         };
         let mut segs: Vec<Seg> = segments
@@ -203,7 +207,7 @@ impl Replay {
             // Segments whose entries all lie below `from` hold nothing to return.
             i = segs.iter().position(|s| s.entries > 0 && s.max_lsn >= from).unwrap_or(segs.len());
         }
-        Ok(Replay { storage, pins, segs, keep_after, end_offset, from, i, cur: None })
+        Ok(Replay { storage, pins, segs, keep_after, end_offset, from, i, cur: None, credit: None })
     }
 
     fn open_current(&mut self) -> Result<()> {
@@ -250,17 +254,28 @@ impl Replay {
         Ok(())
     }
 
+    /// Ends the replay at an error: it returns nothing more and checked nothing.
+    fn fail(&mut self, e: Error) -> Error {
+        self.cur = None;
+        self.i = self.segs.len();
+        self.credit = None;
+        e
+    }
+
     /// The next live entry or checkpoint, `None` at the bound, or the damage met on the way.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Result<Item<'_>>> {
         let found = loop {
             if self.cur.is_none() {
                 if self.i >= self.segs.len() {
+                    // Every record to the bound checked out (damage drops the credit first).
+                    if let Some(c) = self.credit.take() {
+                        c.replayed_whole();
+                    }
                     return None;
                 }
                 if let Err(e) = self.open_current() {
-                    self.i = self.segs.len();
-                    return Some(Err(e));
+                    return Some(Err(self.fail(e)));
                 }
             }
             let seq = self.segs.get(self.i).map_or(0, |s| s.seq);
@@ -272,22 +287,12 @@ impl Replay {
                     self.i += 1;
                     continue;
                 }
-                Step::Damage(r) => {
-                    let e = damaged(seq, &r);
-                    self.cur = None;
-                    self.i = self.segs.len();
-                    return Some(Err(e));
-                }
+                Step::Damage(r) => return Some(Err(self.fail(damaged(seq, &r)))),
                 Step::Record(r) => {
                     if r.flags & FLAG_GROUP_CONT != 0 && r.offset >= cur.group_checked_until {
                         match group_end(&cur.walker, &cur.map) {
                             Ok(end) => cur.group_checked_until = end,
-                            Err(d) => {
-                                let e = damaged(seq, &d);
-                                self.cur = None;
-                                self.i = self.segs.len();
-                                return Some(Err(e));
-                            }
+                            Err(d) => return Some(Err(self.fail(damaged(seq, &d)))),
                         }
                     }
                     (r.kind, r.lsn, r.epoch, r.flags, r.offset, r.payload.len())
