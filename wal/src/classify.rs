@@ -6,30 +6,33 @@
 //! checks out but its body does not (`body_ok = false`: record checksum, padding, or a zero tail
 //! that is not zero), or it checks out entirely but breaks a rule no torn write can produce
 //! (`semantic`: sequence gap, chain break, LSN gap, stale epoch, bad batch structure, wrong
-//! segment identity). For the first damaged record of the log:
+//! segment identity, a length past its room, a file shorter than its header says). For the
+//! first damaged record of the log:
 //!
-//! | header ok | body ok | semantic | attested | zero sector | short at EOF | verdict |
-//! |---|---|---|---|---|---|---|
-//! | yes | yes | no | - | - | - | valid record |
-//! | yes | yes | yes | - | - | - | CORRUPT |
-//! | any | any | - | yes | - | - | CORRUPT |
-//! | any | any | - | no | yes | - | TORN_TAIL |
-//! | yes | no | - | no | no | yes | TORN_TAIL |
-//! | no | any | - | no | no | any | CORRUPT_TAIL |
-//! | yes | no | - | no | no | no | CORRUPT_TAIL |
+//! | header ok | body ok | semantic | attested | blank sector | verdict |
+//! |---|---|---|---|---|---|
+//! | yes | yes | no | - | - | valid record |
+//! | yes | yes | yes | - | - | CORRUPT |
+//! | any | any | - | yes | - | CORRUPT |
+//! | any | any | - | no | yes | TORN_TAIL |
+//! | any | any | - | no | no | CORRUPT_TAIL |
 //!
 //! *Attested*: a later segment has a valid header (rotation syncs the old segment first), or a
-//! later self-valid batch frame or footer in the same segment declares `durable_seq` at or past the
-//! damaged record: that data was synced, so its damage cannot be a torn write. *Zero sector*: an
-//! all-zero, 512-byte-aligned sector inside the damaged batch's extent. *Short at EOF*: the file
-//! ends inside the record (counted only when the header, hence the length, checks out). See
-//! [`decide`] and its exhaustive test.
+//! self-valid batch frame or footer at or after the damage in the same segment declares
+//! `durable_seq` at or past the damaged batch's first record: that batch was synced (a sync
+//! covers whole batches), so its damage cannot be a torn write and a cut from its start would
+//! remove synced records. *Blank sector*:
+//! an all-zero (in a recycled segment: blank) 512-byte-aligned sector among the bytes a crash
+//! would have had to drop for this damage ([`RawDamage::torn_span`], FORMAT.md section 8.1):
+//! the damaged record's own bytes, never a sector elsewhere in its batch or the file. A file
+//! that ends early is no evidence: segment files never shrink. See [`decide`] and its
+//! exhaustive test.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use crate::error::CrcVerdict;
 use crate::format::*;
-use crate::scan::{decode, segment_len_of, RawDamage};
-use crate::stale::{end_of_nonblank, is_blank, StaleTable};
+use crate::scan::{decode, RawDamage};
+use crate::stale::{is_blank, StaleTable};
 use zerocopy::FromBytes;
 
 /// Index of the first non-zero byte.
@@ -64,8 +67,7 @@ pub fn decide(
     body_ok: bool,
     semantic: bool,
     attested: bool,
-    zero_sector: bool,
-    short_at_eof: bool,
+    blank_sector: bool,
 ) -> Option<CrcVerdict> {
     if header_ok && body_ok && !semantic {
         return None;
@@ -76,15 +78,17 @@ pub fn decide(
     if semantic || attested {
         return Some(CrcVerdict::Corrupt);
     }
-    if zero_sector || (header_ok && short_at_eof) {
+    if blank_sector {
         return Some(CrcVerdict::TornTail);
     }
     Some(CrcVerdict::CorruptTail)
 }
 
-/// Is there a self-valid frame or footer after `from` whose `durable_seq` covers `seq`?
+/// Is there a self-valid frame or footer at or after `from` whose `durable_seq` covers `seq`?
+/// (At `from` itself: bytes found after the end of the data start with the frame that follows
+/// the dropped one, and it can attest it.)
 pub fn attested_later(bytes: &[u8], from: u64, seq: u64) -> bool {
-    let mut off = (from as usize + ALIGN) & !(ALIGN - 1);
+    let mut off = (from as usize).next_multiple_of(ALIGN);
     while off + RECORD_HEADER_LEN <= bytes.len() {
         let hb = bytes.get(off..off + RECORD_HEADER_LEN).unwrap_or_default();
         // Fast reject: the kind byte must be a frame or footer.
@@ -126,23 +130,10 @@ pub fn blank_sector_in(bytes: &[u8], start: u64, end: u64, stale: Option<&StaleT
 /// Classifies raw damage in a segment's bytes; `later_segment` says a later segment holds data;
 /// `stale` is the segment's stale table if it was recycled ([`crate::scan::stale_of`]).
 pub fn classify(bytes: &[u8], d: &RawDamage, later_segment: bool, stale: Option<&StaleTable>) -> CrcVerdict {
-    let attested = later_segment || attested_later(bytes, d.offset, d.seq);
-    let extent_end = {
-        let from = d.batch_start as usize;
-        // The damaged batch reaches at least as far as its last sector that is not blank. In a
-        // recycled segment only its data area is searched: the table after it is not blank.
-        let nz = match (stale, segment_len_of(bytes.len())) {
-            (Some(t), Some(len)) => {
-                let base = from - from % SECTOR;
-                let limit = crate::stale::table_offset(len).max(base);
-                end_of_nonblank(Some(t), bytes.get(base..limit).unwrap_or_default(), base)
-            }
-            _ => from + end_of_nonzero(bytes.get(from..).unwrap_or_default()),
-        };
-        let declared = d.declared_end.unwrap_or(0) as usize;
-        nz.max(declared).max(d.offset as usize + 1).min(bytes.len())
-    };
-    let blank = blank_sector_in(bytes, d.batch_start, extent_end as u64, stale);
+    // A cut starts at the damaged batch's start: a later durable_seq that covers any of the
+    // batch (its frame, written with the rest in one write) says a sync covered all of it.
+    let attested = later_segment || attested_later(bytes, d.offset, d.batch_seq);
+    let blank = d.torn_span.is_some_and(|(from, to)| blank_sector_in(bytes, from, to, stale));
     // A record that checks out but breaks a rule is no torn write's doing where a dropped sector
     // reads as zero. In a recycled segment it reads as old contents, which can hold a whole
     // record of the file's earlier life: one that starts in a sector of old contents is what a
@@ -150,8 +141,7 @@ pub fn classify(bytes: &[u8], d: &RawDamage, later_segment: bool, stale: Option<
     let at = d.offset as usize - d.offset as usize % SECTOR;
     let old = stale.is_some() && bytes.get(at..at + SECTOR).is_some_and(|b| is_blank(stale, at, b));
     let semantic = d.semantic && !old;
-    decide(d.header_ok, d.body_ok && !old, semantic, attested, blank, d.short_at_eof)
-        .unwrap_or(CrcVerdict::Corrupt)
+    decide(d.header_ok, d.body_ok && !old, semantic, attested, blank).unwrap_or(CrcVerdict::Corrupt)
 }
 
 #[cfg(test)]
@@ -163,31 +153,29 @@ mod tests {
     #[test]
     fn decision_table_every_combination() {
         let mut seen = std::collections::BTreeMap::new();
-        for bits in 0u32..64 {
+        for bits in 0u32..32 {
             let b = |i: u32| bits & (1 << i) != 0;
-            let (h, body, sem, att, zero, short) = (b(0), b(1), b(2), b(3), b(4), b(5));
-            let got = decide(h, body, sem, att, zero, short);
+            let (h, body, sem, att, blank) = (b(0), b(1), b(2), b(3), b(4));
+            let got = decide(h, body, sem, att, blank);
             let want = if h && body && !sem {
                 None
             } else if sem || att {
                 Some(CrcVerdict::Corrupt)
-            } else if zero || (h && short) {
+            } else if blank {
                 Some(CrcVerdict::TornTail)
             } else {
                 Some(CrcVerdict::CorruptTail)
             };
             assert_eq!(
                 got, want,
-                "inputs header_ok={h} body_ok={body} semantic={sem} attested={att} zero={zero} short={short}"
+                "inputs header_ok={h} body_ok={body} semantic={sem} attested={att} blank={blank}"
             );
             *seen.entry(format!("{got:?}")).or_insert(0) += 1;
         }
         // Each outcome is reachable.
         assert_eq!(seen.len(), 4, "{seen:?}");
-        // A header that does not check out never makes "short at EOF" evidence.
-        assert_eq!(decide(false, false, false, false, false, true), Some(CrcVerdict::CorruptTail));
         // Attested damage is CORRUPT even with evidence of tearing.
-        assert_eq!(decide(true, false, false, true, true, true), Some(CrcVerdict::Corrupt));
+        assert_eq!(decide(true, false, false, true, true), Some(CrcVerdict::Corrupt));
     }
 
     #[test]

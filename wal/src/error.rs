@@ -8,7 +8,7 @@ use std::io;
 pub enum DamageKind {
     /// An all-zero record header where a record was expected.
     ZeroHeader,
-    /// The file ends inside a record.
+    /// The file ends early: before its segment header's length, or inside a record.
     ShortAtEof,
     HeaderChecksum {
         expected: u32,
@@ -73,7 +73,7 @@ impl fmt::Display for DamageKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DamageKind::ZeroHeader => write!(f, "all-zero record header"),
-            DamageKind::ShortAtEof => write!(f, "file ends inside a record"),
+            DamageKind::ShortAtEof => write!(f, "file ends early (shorter than its segment length)"),
             DamageKind::HeaderChecksum { expected, actual } => {
                 write!(f, "header checksum mismatch (stored {expected:#010x}, computed {actual:#010x})")
             }

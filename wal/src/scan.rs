@@ -52,14 +52,22 @@ pub struct RawDamage {
     pub offset: u64,
     /// First byte of the batch the damage is in (where a cut would start).
     pub batch_start: u64,
-    /// End of the batch as its frame declared it, when the frame checked out.
-    pub declared_end: Option<u64>,
+    /// The bytes a crash would have had to drop for this damage to be a torn write
+    /// (FORMAT.md section 8.1): a blank sector among them is the evidence. For a record, the
+    /// bytes the walk judged it by (its header, or the whole record as its header, which checks
+    /// out, declares it); after the end of the data, the sector where the next batch's frame
+    /// would start. `None` where no crash can produce the damage at all (non-zero padding
+    /// after a batch, bytes after a footer, a file shorter than its header says).
+    pub torn_span: Option<(u64, u64)>,
     pub header_ok: bool,
     pub body_ok: bool,
     pub semantic: bool,
-    pub short_at_eof: bool,
     /// Record sequence expected at the damage.
     pub seq: u64,
+    /// Record sequence of the damaged batch's first record (its frame; `seq` when the damage is
+    /// not inside a batch whose frame checked out): a later `durable_seq` at or past it says the
+    /// whole batch was synced, so a cut from its start would remove synced records.
+    pub batch_seq: u64,
     /// LSN the next entry would have had.
     pub lsn: u64,
     /// The next LSN at the start of the damaged batch: a cut there loses entries from it on.
@@ -220,12 +228,12 @@ pub fn stale_of(
             kind: DamageKind::BadSegmentHeader("recycled, without a valid stale table"),
             offset: at,
             batch_start: at,
-            declared_end: None,
+            torn_span: None,
             header_ok: true,
             body_ok: true,
             semantic: true,
-            short_at_eof: false,
             seq: header.map_or(0, |h| h.first_record_seq.get()),
+            batch_seq: header.map_or(0, |h| h.first_record_seq.get()),
             lsn: 0,
             batch_lsn: 0,
         });
@@ -247,12 +255,14 @@ pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> S
             kind,
             offset: 0,
             batch_start: 0,
-            declared_end: None,
+            // The header is written with the segment's first batch into sector 0: a header that
+            // does not check out is torn only when that whole sector is blank (dropped).
+            torn_span: (!header_ok && file_len >= SECTOR).then_some((0, SEGMENT_HEADER_LEN as u64)),
             header_ok,
             body_ok: false,
             semantic,
-            short_at_eof: !header_ok && file_len < SEGMENT_HEADER_LEN,
             seq: expect.first_record_seq.unwrap_or(0),
+            batch_seq: expect.first_record_seq.unwrap_or(0),
             lsn: 0,
             batch_lsn: 0,
         })
@@ -303,9 +313,11 @@ pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> S
         return damage(DamageKind::BadSegmentHeader("impossible segment length"), true, true);
     }
     if (file_len as u64) < u64::from(len) {
-        let mut d = damage(DamageKind::ShortAtEof, false, true);
+        // A segment file is its full length, zeros synced, before it takes a record, and
+        // nothing ever shortens it: no crash leaves it shorter than its header says. Reported
+        // where the file ends.
+        let mut d = damage(DamageKind::ShortAtEof, true, true);
         if let Start::Damage(r) = &mut d {
-            r.short_at_eof = true;
             r.offset = file_len as u64;
         }
         return d;
@@ -345,7 +357,6 @@ pub(crate) struct DecodeError {
     pub kind: DamageKind,
     pub header_ok: bool,
     pub semantic: bool,
-    pub short_at_eof: bool,
 }
 
 /// Why a record could not be decoded from a window.
@@ -367,12 +378,9 @@ pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'
         Ok(d) => Ok(d),
         Err(DecodeFail::Bad(e)) => Err(e),
         // A whole file holds every byte there is.
-        Err(DecodeFail::More(_)) => Err(DecodeError {
-            kind: DamageKind::ShortAtEof,
-            header_ok: false,
-            semantic: false,
-            short_at_eof: true,
-        }),
+        Err(DecodeFail::More(_)) => {
+            Err(DecodeError { kind: DamageKind::ShortAtEof, header_ok: false, semantic: false })
+        }
     }
 }
 
@@ -380,17 +388,16 @@ pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'
 /// ends before the bytes the next check needs.
 #[inline]
 pub(crate) fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Result<Decoded<'a>, DecodeFail> {
-    let err =
-        |kind, header_ok, semantic, short_at_eof| DecodeError { kind, header_ok, semantic, short_at_eof };
+    let err = |kind, header_ok, semantic| DecodeError { kind, header_ok, semantic };
     if !win.covers(off + RECORD_HEADER_LEN) {
         return Err(DecodeFail::More(off + RECORD_HEADER_LEN));
     }
     let Some(hb) = win.get(off, off + RECORD_HEADER_LEN) else {
-        return Err(err(DamageKind::ShortAtEof, false, false, true).into());
+        return Err(err(DamageKind::ShortAtEof, false, false).into());
     };
     // Borrowed in place (every field is unaligned-safe): no copy per record.
     let Ok(header) = RecordHeader::ref_from_bytes(hb) else {
-        return Err(err(DamageKind::ShortAtEof, false, false, true).into());
+        return Err(err(DamageKind::ShortAtEof, false, false).into());
     };
     // Both checksums in one pass when the (not yet trusted) length allows reading the record:
     // they are pure functions of the bytes, so the checks below judge exactly as if each were
@@ -408,34 +415,37 @@ pub(crate) fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Resul
     if actual != header.header_crc.get() {
         // Checked only on failure: a valid header is never all zero.
         if is_zero(hb) {
-            return Err(err(DamageKind::ZeroHeader, false, false, false).into());
+            return Err(err(DamageKind::ZeroHeader, false, false).into());
         }
         return Err(err(
             DamageKind::HeaderChecksum { expected: header.header_crc.get(), actual },
-            false,
             false,
             false,
         )
         .into());
     }
     let Some(kind) = Kind::from_u8(header.kind) else {
-        return Err(err(DamageKind::BadKind(header.kind), true, true, false).into());
+        return Err(err(DamageKind::BadKind(header.kind), true, true).into());
     };
     if header.flags & !kind.allowed_flags() != 0 {
-        return Err(err(DamageKind::BadFlags(header.flags), true, true, false).into());
+        return Err(err(DamageKind::BadFlags(header.flags), true, true).into());
     }
     if header.reserved0 != [0; 2] || header.reserved1 != [0; 4] {
-        return Err(err(DamageKind::NonZeroReserved, true, true, false).into());
+        return Err(err(DamageKind::NonZeroReserved, true, true).into());
     }
     if payload_len > MAX_PAYLOAD_LEN {
-        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false).into());
+        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true).into());
     }
     let total_len = record_len(payload_len as usize);
-    if end > win.file_len {
-        return Err(err(DamageKind::ShortAtEof, true, false, true).into());
-    }
+    // A length that checks out but runs past the room it has (a batch's records their batch,
+    // a batch the data area, a footer its slot) was never written so: no torn write changes a
+    // header whose checksum holds. The room ends within the file for every walk of a whole
+    // segment; past the file's end is the same broken rule.
     if end > limit {
-        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true, false).into());
+        return Err(err(DamageKind::BadLength { payload_len: payload_len.into() }, true, true).into());
+    }
+    if end > win.file_len {
+        return Err(err(DamageKind::ShortAtEof, true, true).into());
     }
     if !win.covers(end) {
         return Err(DecodeFail::More(end));
@@ -448,12 +458,10 @@ pub(crate) fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Resul
         |c| c.1,
     );
     if actual != header.crc.get() {
-        return Err(
-            err(DamageKind::Checksum { expected: header.crc.get(), actual }, true, false, false).into()
-        );
+        return Err(err(DamageKind::Checksum { expected: header.crc.get(), actual }, true, false).into());
     }
     if !is_zero(win.get(body + payload_len as usize, end).unwrap_or_default()) {
-        return Err(err(DamageKind::NonZeroPadding, true, false, false).into());
+        return Err(err(DamageKind::NonZeroPadding, true, false).into());
     }
     Ok(Decoded { header, kind, payload, total_len })
 }
@@ -480,6 +488,30 @@ fn locate<'a>(win: &Window<'a>, off: usize, limit: usize) -> Option<(&'a [u8], u
     Some((win.get(off, off + RECORD_HEADER_LEN + len as usize)?, end))
 }
 
+/// The bytes of a record header at `off`: where a dropped sector would have to be for a header
+/// that does not check out to be a torn write.
+fn header_span(off: usize) -> (usize, usize) {
+    (off, off + RECORD_HEADER_LEN)
+}
+
+/// The bytes a damaged record at `off` was judged by ([`RawDamage::torn_span`]): its header,
+/// or, when the header checks out (so its length is the writer's), the whole record up to
+/// `room`. An all-zero header is torn only if the sector it starts in was dropped: a header
+/// the writer wrote has its kind byte (offset 8) and sequence set, so its bytes in a sector
+/// that was kept are not all zero.
+fn record_span(win: &Window<'_>, off: usize, e: &DecodeError, room: usize) -> (usize, usize) {
+    if matches!(e.kind, DamageKind::ZeroHeader) {
+        return (off, off + 1);
+    }
+    let len = win.get(off + 12, off + 16).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(u32::from_le_bytes);
+    match len {
+        Some(len) if e.header_ok && len <= MAX_PAYLOAD_LEN => {
+            (off, (off + record_len(len as usize)).min(room))
+        }
+        _ => header_span(off),
+    }
+}
+
 /// Running counts a footer must agree with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -503,6 +535,8 @@ pub struct Walker {
     batch_end: usize,
     batch_left: u32,
     batch_lsn: u64,
+    /// Record sequence of the current batch's frame.
+    batch_seq: u64,
     /// Where the zero rest of the data area starts, and how far it is checked (phase `Tail`).
     tail_start: usize,
     tail_at: usize,
@@ -542,6 +576,7 @@ impl Walker {
             batch_end: SEGMENT_HEADER_LEN,
             batch_left: 0,
             batch_lsn: 0,
+            batch_seq: 0,
             tail_start: 0,
             tail_at: 0,
             zeros_from: usize::MAX,
@@ -642,7 +677,7 @@ impl Walker {
         header_ok: bool,
         body_ok: bool,
         semantic: bool,
-        short: bool,
+        torn_span: Option<(usize, usize)>,
     ) -> RawDamage {
         self.phase = Phase::Done;
         let in_batch = self.batch_left > 0 || off < self.batch_end;
@@ -651,19 +686,19 @@ impl Walker {
             kind,
             offset: off as u64,
             batch_start: batch_start as u64,
-            declared_end: if in_batch { Some(self.batch_end as u64) } else { None },
+            torn_span: torn_span.map(|(a, b)| (a as u64, b as u64)),
             header_ok,
             body_ok,
             semantic,
-            short_at_eof: short,
             seq: self.expect_seq,
+            batch_seq: if in_batch { self.batch_seq } else { self.expect_seq },
             lsn: self.next_lsn(),
             batch_lsn: if in_batch { self.batch_lsn } else { self.next_lsn() },
         }
     }
 
     fn semantic(&mut self, kind: DamageKind, off: usize) -> Walked<'static> {
-        Walked::Damage(self.damage(kind, off, true, true, true, false))
+        Walked::Damage(self.damage(kind, off, true, true, true, Some(header_span(off))))
     }
 
     /// The rest of the data area after the last batch must be zero up to the footer slot.
@@ -681,8 +716,11 @@ impl Walker {
             let rest = win.get(self.tail_at, upto).unwrap_or_default();
             if let Some(p) = crate::stale::first_nonblank(self.stale.as_deref(), rest, self.tail_at) {
                 let at = start + ((p - start) & !(ALIGN - 1));
-                let mut r = self.damage(DamageKind::NonZeroTail, at, false, false, false, false);
                 // Bytes after the end of the data can only be a later batch: a cut starts here.
+                // A crash leaves them only if that batch's first sector, which holds its
+                // frame, was dropped: the sector at `start`.
+                let mut r =
+                    self.damage(DamageKind::NonZeroTail, at, false, false, false, Some((start, start + 1)));
                 r.batch_start = start as u64;
                 return Walked::Damage(r);
             }
@@ -694,14 +732,8 @@ impl Walker {
         }
         self.tail_at = self.tail_at.max(end);
         if win.file_len < self.limit {
-            return Walked::Damage(self.damage(
-                DamageKind::ShortAtEof,
-                win.file_len,
-                true,
-                false,
-                false,
-                true,
-            ));
+            // Only a file shorter than its header says (never walked: `read_start`).
+            return Walked::Damage(self.damage(DamageKind::ShortAtEof, win.file_len, true, true, true, None));
         }
         self.phase = Phase::Footer;
         self.read_footer(win)
@@ -715,7 +747,7 @@ impl Walker {
             Walked::Damage(d) => Step::Damage(d),
             // A whole file holds every byte there is; never reached.
             Walked::NeedMore { from, .. } => {
-                Step::Damage(self.damage(DamageKind::ShortAtEof, from as usize, false, false, false, true))
+                Step::Damage(self.damage(DamageKind::ShortAtEof, from as usize, false, false, false, None))
             }
         }
     }
@@ -890,7 +922,12 @@ impl Walker {
             }
             if let Some(p) = first_nonzero(win.get(off, aligned).unwrap_or_default()) {
                 let at = off + (p & !(ALIGN - 1));
-                let mut r = self.damage(DamageKind::NonZeroPadding, at, false, false, false, false);
+                // The gap shares its sector with the batch before it, which checked out, and no
+                // write puts bytes in a gap: only a dropped sector of a recycled segment (old
+                // contents, blank) whose bytes under the batch's end happen to equal the new
+                // ones leaves them. So that sector is the evidence.
+                let mut r =
+                    self.damage(DamageKind::NonZeroPadding, at, false, false, false, Some((at, at + 1)));
                 r.batch_start = off as u64;
                 return Walked::Damage(r);
             }
@@ -901,7 +938,8 @@ impl Walker {
                 // The header is written in the same sector as the segment's first batch, so a
                 // header with no batch after it is never a crash's doing (and a writer could
                 // not continue it): damage, cut from offset 0 back to a spare.
-                let mut r = self.damage(DamageKind::ZeroHeader, off, false, false, false, false);
+                let mut r =
+                    self.damage(DamageKind::ZeroHeader, off, false, false, false, Some(header_span(off)));
                 r.batch_start = 0;
                 return Walked::Damage(r);
             }
@@ -914,18 +952,21 @@ impl Walker {
                 }
             }
         }
-        let d = match decode_in(win, off, self.limit) {
+        // A record inside a batch has the rest of its batch as room, a frame the data area.
+        let room = if self.batch_left > 0 { self.batch_end } else { self.limit };
+        let d = match decode_in(win, off, room) {
             Ok(d) => d,
             Err(DecodeFail::More(end)) => return Walked::NeedMore { from: off as u64, end: end as u64 },
             Err(DecodeFail::Bad(e)) => {
                 let body_ok = e.semantic;
+                let span = record_span(win, off, &e, room);
                 return Walked::Damage(self.damage(
                     e.kind,
                     off,
                     e.header_ok,
                     body_ok,
                     e.semantic,
-                    e.short_at_eof,
+                    Some(span),
                 ));
             }
         };
@@ -967,12 +1008,10 @@ impl Walker {
             self.batch_end = batch_end as usize;
             self.batch_left = f.record_count.get();
             self.batch_lsn = self.logical.as_ref().map_or(h.lsn.get(), |l| l.next_lsn);
+            self.batch_seq = h.seq.get();
         } else {
             if matches!(d.kind, Kind::Frame | Kind::Footer) {
                 return self.semantic(DamageKind::BadFrame("frame or footer inside a batch"), off);
-            }
-            if end > self.batch_end {
-                return self.semantic(DamageKind::BadFrame("record runs past its batch"), off);
             }
             if self.group_open && d.kind != Kind::Entry {
                 return self.semantic(DamageKind::BadFrame("user batch interrupted"), off);
@@ -1146,6 +1185,7 @@ impl Walker {
         // The footer is its own write: damage in it is judged as a batch of its own.
         self.batch_start = at;
         self.batch_end = at + FOOTER_SLOT_LEN;
+        self.batch_seq = self.expect_seq;
         self.batch_left = 0;
         self.phase = Phase::Data;
         let r = self.check_footer(win, at);
@@ -1158,30 +1198,24 @@ impl Walker {
             Ok(d) => d,
             Err(DecodeFail::More(_)) => {
                 // The slot is in the window: never reached.
-                return Walked::Damage(self.damage(DamageKind::ShortAtEof, at, false, false, false, true));
+                return Walked::Damage(self.damage(DamageKind::ShortAtEof, at, false, false, false, None));
             }
             Err(DecodeFail::Bad(e)) => {
                 let body_ok = e.semantic;
                 let header_ok = e.header_ok;
-                let mut r = self.damage(e.kind, at, header_ok, body_ok, e.semantic, e.short_at_eof);
                 // Evidence of tearing is looked for in the footer's own bytes, not the rest of
                 // the zero slot. A header whose own checksum passed declares that extent: a
                 // footer longer than a sector (a segment of many batches) torn by a crash
                 // during its sync leaves an all-zero sector inside it, which is a torn write.
+                let span = record_span(win, at, &e, at + FOOTER_SLOT_LEN);
+                let mut r = self.damage(e.kind, at, header_ok, body_ok, e.semantic, Some(span));
                 r.batch_start = at as u64;
-                r.declared_end = header_ok
-                    .then(|| win.get(at, at + RECORD_HEADER_LEN))
-                    .flatten()
-                    .and_then(|b| RecordHeader::ref_from_bytes(b).ok())
-                    .map(|h| {
-                        (at + record_len(h.payload_len.get() as usize)).min(at + FOOTER_SLOT_LEN) as u64
-                    });
                 return Walked::Damage(r);
             }
         };
         let h = &d.header;
         let bad = |w: &mut Walker, k: DamageKind| {
-            let mut r = w.damage(k, at, true, true, true, false);
+            let mut r = w.damage(k, at, true, true, true, Some(header_span(at)));
             r.batch_start = at as u64;
             Walked::Damage(r)
         };
@@ -1226,9 +1260,10 @@ impl Walker {
         let rest = win.get(at + d.total_len, at + FOOTER_SLOT_LEN).unwrap_or_default();
         if let Some(p) = first_nonzero(rest) {
             let off = at + d.total_len + (p & !(ALIGN - 1));
-            let mut r = self.damage(DamageKind::NonZeroTail, off, false, false, false, false);
+            // The footer checked out, and nothing is ever written after it in its slot (zero
+            // since the segment was made): no crash leaves these bytes.
+            let mut r = self.damage(DamageKind::NonZeroTail, off, false, false, false, None);
             r.batch_start = at as u64;
-            r.declared_end = Some((at + FOOTER_SLOT_LEN) as u64);
             return Walked::Damage(r);
         }
         let Some(next_seq) = self.expect_seq.checked_add(1) else {

@@ -30,10 +30,13 @@
 //! - `stale-epoch` (I7): appends from an older writer epoch, on both APIs.
 #![allow(dead_code)]
 
+#[path = "../common/forge.rs"]
+pub mod forge;
 #[path = "../common/history.rs"]
 pub mod history;
 #[path = "../common/kv.rs"]
 pub mod kv;
+pub mod torn_cut;
 
 pub use history::Rng;
 use history::{apply as apply_op, next_lsn_after, History, Op as HOp};
