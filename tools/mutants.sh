@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutants (issue 7): each DESIGN.md invariant has test-only cargo features that break it on
+# Mutants (issue 7): each docs/invariants.md invariant has test-only cargo features that break it on
 # purpose at the one point the code enforces it (`mutant-*` in wal/Cargo.toml and
 # catalog/Cargo.toml; grep for "Mutant (tools/mutants.sh" to see each change). For every mutant
 # this runs the test targets meant to catch it with that feature on, one target at a time:

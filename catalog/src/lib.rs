@@ -38,7 +38,7 @@
 //!   names one state forever: an update against a stale version is refused even when the
 //!   properties have since gone back to what the caller saw (no ABA).
 //!
-//! # Rules, checked at apply time in log order (DESIGN.md I9)
+//! # Rules, checked at apply time in log order (docs/invariants.md I9)
 //!
 //! | command | refused when |
 //! |---|---|

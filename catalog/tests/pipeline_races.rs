@@ -1,4 +1,4 @@
-//! The three classic races (DESIGN.md I9), run concurrently through the real commit pipeline:
+//! The three classic races (docs/invariants.md I9), run concurrently through the real commit pipeline:
 //! whatever order the threads reach the log in, apply decides in log order and exactly one
 //! side of each race wins.
 

@@ -1,4 +1,4 @@
-//! DESIGN.md I9: the catalog closes the classic races, checked at apply time in log order
+//! docs/invariants.md I9: the catalog closes the classic races, checked at apply time in log order
 //! through the one apply seam.
 
 mod common;

@@ -26,7 +26,7 @@
 //! kernel, that recovery after a kill at any moment of the real I/O path (a write in the ring,
 //! a rotation, a background zero-fill, an open cutting a torn tail) gives a clean prefix, and
 //! that appends continue with dense LSNs. It cannot show that an acknowledgement waited for
-//! the fdatasync (DESIGN.md I3): an entry acknowledged after its write but before its sync
+//! the fdatasync (docs/invariants.md I3): an entry acknowledged after its write but before its sync
 //! survives a kill. That is shown in simulation, where a crash drops what was never synced
 //! (`wal/tests/io_thread.rs`, `wal/tests/crash.rs`; the `mutant-ack-before-sync` mutant in
 //! `tools/mutants.sh` is caught there and survives here, while `mutant-ack-before-write`, which

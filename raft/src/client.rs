@@ -157,7 +157,7 @@ impl Client {
         let mut next_node = 0usize;
         let mut last = WriteReply::Indeterminate { why: "no node answered".into() };
         // Once an attempt may have been appended somewhere, the answer can never be a plain
-        // refusal again (DESIGN.md I1: never "failed" for an entry that may still apply).
+        // refusal again (docs/invariants.md I1: never "failed" for an entry that may still apply).
         let mut maybe_appended = false;
         let mut pause = Duration::from_millis(20);
         for _attempt in 0..10_000 {

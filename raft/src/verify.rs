@@ -1,5 +1,5 @@
 //! The state verdict of a Raft node's log at start, and what it means for joining the cluster
-//! (DESIGN.md I8: a DIVERGENT node does not join as a voter, and says why).
+//! (docs/invariants.md I8: a DIVERGENT node does not join as a voter, and says why).
 //!
 //! The state machine records checkpoints (the apply seam's digest after an entry, FORMAT.md
 //! 10.3) into the log through a [`Checkpointer`]. At open, [`LogStore::open_verified`]

@@ -9,7 +9,7 @@
 //! fdatasync over everything written) and only after it returned `Ok` completes every write of
 //! the round, in queue order: an append's `IOFlushed` callback fires here, from this thread,
 //! after the fdatasync. A failed stage or sync fences the writer: every write of the round and
-//! every later request fails, nothing is retried (the log is poisoned, DESIGN.md I6).
+//! every later request fails, nothing is retried (the log is poisoned, docs/invariants.md I6).
 //!
 //! A purge's physical part (removing whole sealed segments below the purged index) runs after
 //! the round's sync, when the purge record is durable.

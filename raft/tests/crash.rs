@@ -1,4 +1,4 @@
-//! Crash tests on the durable image (DESIGN.md I3 for the Raft log).
+//! Crash tests on the durable image (docs/invariants.md I3 for the Raft log).
 //!
 //! The log runs over `MemStorage`, which keeps a durable image beside the live bytes (a sync
 //! copies dirty sectors into it; names become durable with a directory sync). "Crash" = build the

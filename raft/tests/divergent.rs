@@ -1,4 +1,4 @@
-//! DESIGN.md I8 for a Raft node: at open the log is replayed after the snapshot through the same
+//! docs/invariants.md I8 for a Raft node: at open the log is replayed after the snapshot through the same
 //! apply function and compared with the checkpoints the state machine recorded online. CLEAN
 //! lets the node start as a voter; DIVERGENT refuses, saying where and why.
 

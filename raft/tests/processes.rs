@@ -249,7 +249,7 @@ async fn a_partitioned_old_leader_refuses_writes_and_acknowledges_none() {
     offline_agreement(&c, false);
 }
 
-/// DESIGN.md I9 across processes: each race's two commands enter through two different nodes
+/// docs/invariants.md I9 across processes: each race's two commands enter through two different nodes
 /// at the same moment. Exactly one wins, the loser is a deterministic refusal, and every replica
 /// ends with the same state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,7 +326,7 @@ async fn seed_races_through_two_nodes_have_one_winner_and_identical_replicas() {
     offline_agreement(&c, true);
 }
 
-/// DESIGN.md I8 with the binary: a node whose log holds a checkpoint that replay does not
+/// docs/invariants.md I8 with the binary: a node whose log holds a checkpoint that replay does not
 /// reproduce refuses to start (exit 4, DIVERGENT) and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_divergent_node_refuses_to_start_and_says_why() {

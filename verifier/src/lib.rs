@@ -1,4 +1,4 @@
-//! Read-only verification of a `wal` log directory: the CRC verdict of DESIGN.md with where the
+//! Read-only verification of a `wal` log directory: the CRC verdict of docs/invariants.md with where the
 //! damage is, and statistics. It never writes, reads with `pread` (never a map), streams each
 //! segment through one reused window of about 1 MiB (a damaged segment is read whole, once, to
 //! classify the damage: only its non-zero pages take memory), and shares the engine's walker and decision table rather than having a

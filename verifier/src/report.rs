@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use wal::{CrcVerdict, Damage};
 
-/// Exit code for a log that could not be read (DESIGN.md), or for a report that could not be
+/// Exit code for a log that could not be read (docs/invariants.md), or for a report that could not be
 /// written out.
 pub const EXIT_IO_ERROR: i32 = 5;
 

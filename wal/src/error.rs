@@ -1,4 +1,4 @@
-//! Errors and the verdict vocabulary of DESIGN.md, shared by the engine and the verifier.
+//! Errors and the verdict vocabulary of docs/invariants.md, shared by the engine and the verifier.
 
 use std::fmt;
 use std::io;
@@ -123,7 +123,7 @@ impl fmt::Display for DamageKind {
     }
 }
 
-/// The CRC verdict of DESIGN.md.
+/// The CRC verdict of docs/invariants.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CrcVerdict {
     Ok,
@@ -191,7 +191,7 @@ impl fmt::Display for Damage {
     }
 }
 
-/// Errors of the log API. [`Error::is_rejected`] tells the two kinds of DESIGN.md I1 apart.
+/// Errors of the log API. [`Error::is_rejected`] tells the two kinds of docs/invariants.md I1 apart.
 #[derive(Debug)]
 pub enum Error {
     /// An I/O error, with what was being done.
@@ -236,7 +236,7 @@ impl Error {
         Error::Io { context: context.into(), source }
     }
 
-    /// True when the operation certainly left nothing in the log (DESIGN.md I1 "Rejected");
+    /// True when the operation certainly left nothing in the log (docs/invariants.md I1 "Rejected");
     /// false when the log decides (Indeterminate).
     pub fn is_rejected(&self) -> bool {
         matches!(

@@ -13,7 +13,7 @@
 //!   backend's sync thread) once [`AsyncOptions::overlap_write_bytes`] of them wait, or else as
 //!   soon as it completes, and the next sync starts right after. A ticket resolves
 //!   durable only after a sync that was submitted after its batch's write had completed in full,
-//!   itself completed (DESIGN.md I3); every Written ticket later gets that second, final
+//!   itself completed (docs/invariants.md I3); every Written ticket later gets that second, final
 //!   resolution too.
 //! - A sync is due at once for a batch holding a [`Durability::Durable`] entry (or a checkpoint),
 //!   and for batches of Written entries only after [`AsyncOptions::written_sync_delay`], after
@@ -332,7 +332,7 @@ impl AsyncWal {
     }
 
     /// Appends one entry or a user batch as [`Durability::Durable`] and returns its ticket once
-    /// resolved: a blocking convenience (DESIGN.md I5) for a caller that would wait at once
+    /// resolved: a blocking convenience (docs/invariants.md I5) for a caller that would wait at once
     /// anyway. When the I/O thread is idle, the caller's own thread writes and syncs the batch
     /// (with whatever else is queued) under the engine lock, instead of waking the I/O thread
     /// and being woken by it: the two wake-ups are what one waiting submitter pays on top of

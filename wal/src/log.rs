@@ -4,7 +4,7 @@
 //! Appends are *staged* into one batch buffer (no I/O); [`Wal::flush`] writes the batch as one
 //! frame (handed to the OS, visible to in-process readers) and [`Wal::sync`] flushes and then
 //! runs a real fdatasync whenever unsynced bytes exist. A failed write or sync poisons the handle
-//! (DESIGN.md I6); disk full withdraws the unsynced batch and leaves the log usable.
+//! (docs/invariants.md I6); disk full withdraws the unsynced batch and leaves the log usable.
 //!
 //! The I/O thread also *pipelines*: it submits an fdatasync over every batch written so far
 //! (`start_sync`) and writes the next batches while it is in flight; `poll_sync` takes its

@@ -23,7 +23,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 /// Why an append did not become durable. `Indeterminate` entries may or may not be in the log
-/// (DESIGN.md I1): the log decides, and a reopen tells.
+/// (docs/invariants.md I1): the log decides, and a reopen tells.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
     /// Logged or possibly logged: a failed write or sync, a fenced log, a close.

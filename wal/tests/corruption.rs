@@ -1,4 +1,4 @@
-//! Damage to a cleanly closed log (DESIGN.md I4): after a clean close every batch is attested,
+//! Damage to a cleanly closed log (docs/invariants.md I4): after a clean close every batch is attested,
 //! so every single-bit flip and every zeroed sector must be CORRUPT at the right segment and
 //! offset: never accepted, never TORN_TAIL or CORRUPT_TAIL, never a panic.
 //!

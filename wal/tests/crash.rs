@@ -1,4 +1,4 @@
-//! Crash test through the storage seam (DESIGN.md I3, I4).
+//! Crash test through the storage seam (docs/invariants.md I3, I4).
 //!
 //! A seeded workload writes a log of at least three segments holding every record kind. At every
 //! sync (data or directory) the in-memory backend hands us its whole state; from each such state

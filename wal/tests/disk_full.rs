@@ -1,4 +1,4 @@
-//! Running out of space (DESIGN.md I6: disk full is its own error, the log stays usable) on a
+//! Running out of space (docs/invariants.md I6: disk full is its own error, the log stays usable) on a
 //! real, small file system and against the configured size budget.
 
 mod common;

@@ -338,7 +338,7 @@ fn dropped_tickets_are_logged_and_still_report_to_their_channel() {
     assert!(entries.iter().enumerate().all(|(i, e)| e.0 == i as u64 + 1 && e.1 == (i as u64).to_le_bytes()));
 }
 
-/// DESIGN.md I5: appending only enqueues. With the sync of the entry's own batch held on the
+/// docs/invariants.md I5: appending only enqueues. With the sync of the entry's own batch held on the
 /// storage's sync thread, `append` still returns at once and its ticket stays unresolved until
 /// the sync completes. Bounded: an append that blocks fails the test after 5 s instead of
 /// hanging it (the `mutant-append-blocks-on-sync` mutant of tools/mutants.sh fails here).

@@ -1,5 +1,5 @@
 //! The commit pipeline (issue 4): pre-hooks → commit → apply → notify, failures as Rejected or
-//! Indeterminate (DESIGN.md I1), fencing without exiting (I8), restart through the same seam.
+//! Indeterminate (docs/invariants.md I1), fencing without exiting (I8), restart through the same seam.
 
 mod common;
 
@@ -122,7 +122,7 @@ fn a_pre_hook_rejection_logs_nothing() {
     assert_eq!(n, 2);
 }
 
-/// DESIGN.md I1 and I6: a failed fdatasync leaves the state untouched, every pending promise
+/// docs/invariants.md I1 and I6: a failed fdatasync leaves the state untouched, every pending promise
 /// Indeterminate, later submissions refused; after a reopen each Indeterminate entry is either
 /// applied or absent, and the report says which.
 #[test]
@@ -241,7 +241,7 @@ fn facts_apply_after_commit_and_follow_the_fence_policy() {
     }
 }
 
-/// DESIGN.md I8: a panic in apply fences the pipeline (read-only, with the reason), resolves
+/// docs/invariants.md I8: a panic in apply fences the pipeline (read-only, with the reason), resolves
 /// the entry Indeterminate and never takes the process down.
 #[test]
 fn a_panic_in_apply_fences_the_pipeline_without_exiting() {
@@ -307,7 +307,7 @@ fn a_restart_rebuilds_the_state_checks_checkpoints_and_keeps_dropping_duplicates
     assert!(err.to_string().contains("dedupe window of 1000"), "{err}");
 }
 
-/// DESIGN.md I8: a restart whose replay disagrees with a recorded checkpoint starts fenced and
+/// docs/invariants.md I8: a restart whose replay disagrees with a recorded checkpoint starts fenced and
 /// read-only, and says where.
 #[test]
 fn a_divergent_restart_starts_fenced_and_says_where() {
@@ -437,7 +437,7 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
 
     /// Random workloads give the same digest online, on a full replay, on a second replay and
-    /// from a snapshot plus the suffix (DESIGN.md I2).
+    /// from a snapshot plus the suffix (docs/invariants.md I2).
     #[test]
     fn online_replay_and_snapshot_plus_suffix_agree(
         ops in proptest::collection::vec((0u8..8, proptest::bool::ANY, 0u16..1000), 1..60),

@@ -160,7 +160,7 @@ fn a_failed_sync_poisons_the_log_until_reopen() {
     assert_eq!(entries(&log), vec![(1, b"durable".to_vec())]);
 }
 
-/// DESIGN.md I6 with a transient EIO: only one fdatasync fails, so a retry would "succeed" (the
+/// docs/invariants.md I6 with a transient EIO: only one fdatasync fails, so a retry would "succeed" (the
 /// kernel marked the failed pages clean). The sync still fails, the log stays poisoned, and a
 /// crash keeps only what was durable before. (Caught `mutant-no-fence-on-sync-error`, which
 /// retries, where a sync that keeps failing did not.)

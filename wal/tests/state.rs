@@ -1,4 +1,4 @@
-//! The apply seam, the replay-and-compare core and snapshots (issue 4, DESIGN.md I1, I2, I8),
+//! The apply seam, the replay-and-compare core and snapshots (issue 4, docs/invariants.md I1, I2, I8),
 //! with a small key-value state machine.
 
 mod common;
@@ -164,7 +164,7 @@ fn a_checkpoint_behind_later_entries_is_checked_at_its_own_lsn() {
     assert_eq!(rep.unchecked_entries, 3);
 }
 
-/// DESIGN.md I8 and issue 6: a non-deterministic apply is caught as DIVERGENT within one
+/// docs/invariants.md I8 and issue 6: a non-deterministic apply is caught as DIVERGENT within one
 /// checkpoint interval of where it first diverges, and the seam is fenced, not aborted.
 #[test]
 fn a_non_deterministic_apply_is_divergent_within_one_checkpoint_interval() {

@@ -7,7 +7,7 @@
 //! torn write with evidence (an all-zero sector), and nothing after it is acknowledged, so
 //! recovery must cut it (TORN_TAIL). The scanner used to look for that evidence only within the
 //! footer's non-zero bytes, found none and said CORRUPT_TAIL, so a writer refused to open after
-//! a plain crash (DESIGN.md I4). Now the footer's trusted header declares the extent searched.
+//! a plain crash (docs/invariants.md I4). Now the footer's trusted header declares the extent searched.
 
 use std::sync::{Arc, Mutex};
 use wal::storage::{MemStorage, SectorFate};

@@ -68,7 +68,7 @@ pub enum Reply {
     Error(String),
 }
 
-/// What became of a client's write (DESIGN.md I1's two failure kinds, plus routing).
+/// What became of a client's write (docs/invariants.md I1's two failure kinds, plus routing).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WriteReply {
     /// Committed by a majority and applied at `index`: acknowledged. `outcome` is the apply

@@ -5,7 +5,7 @@
 //! 1. Open the snapshot and the log with [`LogStore::open_verified`]: the log after the
 //!    snapshot is replayed through the apply function and compared with the checkpoints the
 //!    online path recorded. DIVERGENT → [`start_role`] refuses: this node must not vote or
-//!    lead (DESIGN.md I8), so Raft is never started and [`Started::Refused`] says why.
+//!    lead (docs/invariants.md I8), so Raft is never started and [`Started::Refused`] says why.
 //! 2. Bind the port before Raft starts, so the address peers were given is ours.
 //! 3. Start openraft with the TCP network; `--initialize` makes the membership of every node
 //!    named (this one and its peers) on a fresh cluster (a no-op when already initialized).

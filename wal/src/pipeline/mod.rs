@@ -1,4 +1,4 @@
-//! The commit pipeline: pre-hooks → commit → apply → notify (issue 4, DESIGN.md I1, I5, I8).
+//! The commit pipeline: pre-hooks → commit → apply → notify (issue 4, docs/invariants.md I1, I5, I8).
 //!
 //! ```text
 //! caller: submit(body, kind, request id)
@@ -48,7 +48,7 @@ pub struct Done {
 }
 
 /// What a command's promise resolves to: applied (with the outcome), or one of the two
-/// failures of DESIGN.md I1.
+/// failures of docs/invariants.md I1.
 pub type Resolution = Result<Done, Failure>;
 
 /// Who decides that a durable entry is committed.
@@ -268,7 +268,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
     /// Opens (or creates) the log in `dir`, rebuilds the state from the newest usable snapshot
     /// plus the log through the apply seam, compares every checkpoint met, and starts the I/O
     /// and apply threads. A DIVERGENT or unsupported replay does not fail the open: the
-    /// pipeline starts fenced (read-only) and the report says why (DESIGN.md I8).
+    /// pipeline starts fenced (read-only) and the report says why (docs/invariants.md I8).
     pub fn open(
         dir: impl AsRef<Path>,
         opts: PipelineOptions,
@@ -394,7 +394,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
     }
 
     /// [`Pipeline::submit`] under an explicit writer epoch (a leader's): an epoch older than
-    /// the log's is Rejected (DESIGN.md I7).
+    /// the log's is Rejected (docs/invariants.md I7).
     pub fn submit_as(
         &self,
         epoch: crate::Epoch,

@@ -4,7 +4,7 @@
 //! nothing else ever calls [`StateMachine::apply`]. Around the state machine it keeps what both
 //! paths must agree on: the last applied LSN (entries arrive strictly in LSN order), the
 //! request-id table that drops duplicates (deterministic: it is built from the log alone), and
-//! the fence that a panic in user code sets (DESIGN.md I8: the library never aborts; the state
+//! the fence that a panic in user code sets (docs/invariants.md I8: the library never aborts; the state
 //! is then read-only).
 
 use super::{Committed, Envelope, Outcome, SetDigest, StateMachine, DIGEST_VERSION};

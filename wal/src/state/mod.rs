@@ -1,4 +1,4 @@
-//! The state-machine contract and the one apply seam (issue 4, DESIGN.md I1, I2, I8).
+//! The state-machine contract and the one apply seam (issue 4, docs/invariants.md I1, I2, I8).
 //!
 //! A controller's authoritative state is a deterministic [`StateMachine`]. Entries reach it
 //! through exactly one function, [`Applier::apply`], online (after commit) and on restart replay
@@ -64,7 +64,7 @@ impl Outcome {
     }
 }
 
-/// A deterministic state machine (DESIGN.md I2).
+/// A deterministic state machine (docs/invariants.md I2).
 ///
 /// `apply` must depend only on the state and the entry: no clock, no randomness, no environment,
 /// no iteration over unordered containers whose order can differ between runs. Anything

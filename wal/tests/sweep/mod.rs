@@ -1,4 +1,4 @@
-//! The fault sweep (issue 7; `../shared/research/reliability.md` section 3): seeded workloads on
+//! The fault sweep (issue 7): seeded workloads on
 //! the simulated file system (`MemStorage` with `Faults::seed`), every case of the fault matrix
 //! checked by one oracle ([`Oracle`]), counted into a [`Summary`].
 //!
