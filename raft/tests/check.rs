@@ -174,3 +174,29 @@ async fn a_replica_too_far_behind_to_compare_is_not_compared_with_a_non_zero_cod
     assert_eq!((cmp.verdict, cmp.exit_code()), ("DIVERGENT", 4), "{}", cmp.summary());
     assert!(cmp.why.contains(&format!("index {}", first + 10)), "{}", cmp.summary());
 }
+
+/// A purge never passes the snapshot. A log whose first entry is past the snapshot's next
+/// index (here: an older snapshot file put back) has entries in neither: `check` and `compare`
+/// say so at those indexes instead of replaying a state that skipped them.
+#[tokio::test]
+async fn a_log_that_starts_past_its_snapshot_is_divergent_with_the_missing_indexes() {
+    let d = tempfile::tempdir().unwrap();
+    let names = long_names(2000);
+    let base: Vec<(u64, &str)> = names.iter().map(|n| (1, n.as_str())).collect();
+    let a = node_purged(&d.path().join("a"), &base, 50, Some((1500, 1400))).await;
+    let b = node_purged(&d.path().join("b"), &base, 50, Some((1500, 1400))).await;
+    let old = node_purged(&d.path().join("old"), &base[..200], 50, Some((100, 1))).await;
+    let first = wal_raft::check::log_ids(&a).unwrap()[0].index;
+    assert!(first > 101, "first index {first}");
+    for f in std::fs::read_dir(old.join("sm")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), a.join("sm").join(f.file_name())).unwrap();
+    }
+    let ck = check(&a);
+    let want = format!("the log starts at index {first}, but the snapshot ends at 100");
+    assert!(matches!(&ck.state, State::Divergent(w) if w.contains(&want)), "{}", ck.summary());
+    assert_eq!(ck.exit_code(), 4);
+    let cmp = compare(&[b, a]);
+    assert_eq!((cmp.verdict, cmp.exit_code()), ("DIVERGENT", 4), "{}", cmp.summary());
+    assert!(cmp.why.contains(&want), "{}", cmp.summary());
+}
