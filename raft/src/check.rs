@@ -146,13 +146,15 @@ struct Walk {
     replay: Replay,
     rp: Replayer<Catalog>,
     prev: Option<u64>,
+    /// The snapshot's last index: the first entry must come at or before the one after it.
+    base: Option<u64>,
 }
 
 impl Walk {
     fn new(o: &mut Opened) -> Result<Walk, String> {
         let replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
         let applier = o.applier.take().ok_or("internal: a log walked twice")?;
-        Ok(Walk { replay, rp: Replayer::new(applier), prev: None })
+        Ok(Walk { replay, rp: Replayer::new(applier), prev: None, base: o.base })
     }
 
     /// The next entry at or below `end` (index, raw payload); `None` past it or at the end.
@@ -168,6 +170,14 @@ impl Walk {
                         return Err(format!(
                             "a hole in the Raft log between {} and {lsn}",
                             self.prev.unwrap_or(0)
+                        ));
+                    }
+                    // A purge never passes the snapshot: entries between the two would be in
+                    // neither, and the state replayed from here would be wrong.
+                    if let (None, Some(b)) = (self.prev, self.base.filter(|b| lsn > b + 1)) {
+                        return Err(format!(
+                            "the log starts at index {lsn}, but the snapshot ends at {b}: indexes {}..{lsn} are in neither",
+                            b + 1
                         ));
                     }
                     self.prev = Some(lsn);
@@ -258,10 +268,11 @@ pub fn check(dir: &Path) -> NodeCheck {
 /// What comparing several nodes' logs found.
 #[derive(Clone, Debug)]
 pub struct Comparison {
-    /// AGREE, DIVERGENT, NOT_CHECKED or IO_ERROR, and why.
+    /// AGREE, DIVERGENT, NOT_COMPARED, NOT_CHECKED or IO_ERROR, and why.
     pub verdict: &'static str,
     pub why: String,
-    /// The index range every log holds.
+    /// The index range every log holds: from the highest of their first entries (each log
+    /// starts where its own purge left it) to the lowest of their last.
     pub common: Option<(u64, u64)>,
     pub compared: u64,
     /// Per node: its directory, CRC word and the digest (hex) at the common end.
@@ -270,10 +281,14 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// walcheck's codes: AGREE 0, DIVERGENT 4, IO_ERROR 5, NOT_COMPARED 8 (nothing or not all
+    /// of it could be compared: a replica too far behind is not a pass), never less than the
+    /// worst log's CRC code (which is what a NOT_CHECKED comparison stopped on).
     pub fn exit_code(&self) -> i32 {
         let v = match self.verdict {
             "DIVERGENT" => EXIT_DIVERGENT,
             "IO_ERROR" => EXIT_IO_ERROR,
+            "NOT_COMPARED" => verifier::report::EXIT_NOT_COMPARED,
             _ => 0,
         };
         v.max(self.worst_crc)
@@ -288,7 +303,21 @@ impl Comparison {
     }
 }
 
-/// Compares the logs of the nodes in `dirs` (at least two).
+/// The index of the first entry physically in a log (`None`: it holds none). Not
+/// `Wal::first_lsn`, which still counts purged segments.
+fn first_entry(o: &Opened) -> Result<Option<u64>, String> {
+    let mut replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
+    while let Some(item) = replay.next() {
+        let item = item.map_err(|e| format!("replay: {e}"))?;
+        if matches!(item.kind, ItemKind::Entry) {
+            return Ok(Some(item.lsn.0));
+        }
+    }
+    Ok(None)
+}
+
+/// Compares the logs of the nodes in `dirs` (at least two): the same entry bytes at every
+/// index from the common first index to the common last, and the same state digest there.
 pub fn compare(dirs: &[PathBuf]) -> Comparison {
     let mut c = Comparison {
         verdict: "AGREE",
@@ -299,6 +328,8 @@ pub fn compare(dirs: &[PathBuf]) -> Comparison {
         worst_crc: 0,
     };
     let mut opened = Vec::new();
+    // Per log: its first entry and its last index.
+    let mut spans = Vec::new();
     for d in dirs {
         let (crc, code) = crc_of(d);
         c.worst_crc = c.worst_crc.max(code);
@@ -310,30 +341,38 @@ pub fn compare(dirs: &[PathBuf]) -> Comparison {
                 ..c
             };
         }
-        match open(d) {
-            Ok(o) => opened.push(o),
-            Err(e) => return Comparison { verdict: "NOT_CHECKED", why: e, ..c },
+        let o = match open(d) {
+            Ok(o) => o,
+            Err(e) => return Comparison { verdict: "IO_ERROR", why: e, ..c },
+        };
+        match first_entry(&o) {
+            Ok(Some(first)) => spans.push((first, o.wal.next_lsn().0.saturating_sub(1))),
+            Ok(None) => {
+                return Comparison {
+                    verdict: "NOT_COMPARED",
+                    why: format!("{} holds no entries", d.display()),
+                    ..c
+                }
+            }
+            Err(e) => return Comparison { verdict: "IO_ERROR", why: format!("{}: {e}", d.display()), ..c },
         }
+        opened.push(o);
     }
-    // The live range of each log: after what its snapshot covers or its first entry, to its end.
-    let lo = opened.iter().filter_map(|o| o.wal.first_lsn().map(|l| l.0)).max();
-    let hi = opened.iter().map(|o| o.wal.next_lsn().0.checked_sub(1)).min().flatten();
-    let (Some(lo), Some(hi)) = (lo, hi) else {
-        return Comparison { verdict: "NOT_CHECKED", why: "a log holds no entries".into(), ..c };
+    let (Some((lo_at, lo)), Some((hi_at, hi))) = (
+        spans.iter().enumerate().map(|(i, s)| (i, s.0)).max_by_key(|x| x.1),
+        spans.iter().enumerate().map(|(i, s)| (i, s.1)).min_by_key(|x| x.1),
+    ) else {
+        return Comparison { verdict: "NOT_COMPARED", why: "no logs to compare".into(), ..c };
     };
     if lo > hi {
         return Comparison {
-            verdict: "NOT_CHECKED",
-            why: format!("the logs share no index ({lo} > {hi})"),
-            ..c
-        };
-    }
-    if let Some((i, b)) =
-        opened.iter().enumerate().find_map(|(i, o)| o.base.filter(|b| *b > hi).map(|b| (i, b)))
-    {
-        return Comparison {
-            verdict: "NOT_CHECKED",
-            why: format!("{}'s snapshot (index {b}) is past the common end {hi}", dirs[i].display()),
+            verdict: "NOT_COMPARED",
+            why: format!(
+                "the logs share no index: {} ends at index {hi}, before {}'s first entry {lo} \
+                 (too far behind to compare; a snapshot install brings it up)",
+                dirs[hi_at].display(),
+                dirs[lo_at].display()
+            ),
             ..c
         };
     }
@@ -346,11 +385,26 @@ pub fn compare(dirs: &[PathBuf]) -> Comparison {
         }
     }
     match verifier::compare::lockstep(dirs, (lo, hi), "index", |i| walks[i].next(Some(hi))) {
-        Ok(n) => c.compared = n,
+        Ok(w) => c.compared = w.compared,
         Err(verifier::compare::Apart::Differ(why)) => return Comparison { verdict: "DIVERGENT", why, ..c },
         Err(verifier::compare::Apart::Failed(i, e)) => {
             return Comparison { verdict: "DIVERGENT", why: format!("{}: {e}", dirs[i].display()), ..c }
         }
+    }
+    // A node whose snapshot is past the common end has no state at it to compare.
+    if let Some((i, b)) =
+        opened.iter().enumerate().find_map(|(i, o)| o.base.filter(|b| *b > hi).map(|b| (i, b)))
+    {
+        return Comparison {
+            verdict: "NOT_COMPARED",
+            why: format!(
+                "the same {} entries at indexes {lo}..={hi}, but {}'s snapshot (index {b}) is past \
+                 that common end: no digest to compare there (a replica is too far behind)",
+                c.compared,
+                dirs[i].display()
+            ),
+            ..c
+        };
     }
     let mut digests = Vec::new();
     for (i, w) in walks.into_iter().enumerate() {

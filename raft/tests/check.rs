@@ -20,10 +20,17 @@ fn lid(term: u64, index: u64) -> LogId {
 /// A node directory whose log holds `entries` (term, metalake name) at indexes 1.., all
 /// applied, with a checkpoint recorded after every other one.
 async fn node(dir: &Path, entries: &[(u64, &str)]) -> PathBuf {
+    node_purged(dir, entries, 2, None).await
+}
+
+/// [`node`] with a checkpoint every `every` entries and, with `snap`, what openraft does when it
+/// compacts: a snapshot of the state at index `snap.0`, then the log purged up to `snap.1`
+/// (whole sealed 64 KiB segments at or below it removed).
+async fn node_purged(dir: &Path, entries: &[(u64, &str)], every: u64, snap: Option<(u64, u64)>) -> PathBuf {
     let sm0 = StateMachineStore::open(Some(&dir.join("sm"))).unwrap();
     let (mut log, _) = LogStore::open_verified(dir.join("log"), log_options(64 << 10), &sm0).unwrap();
     let mut sm =
-        StateMachineStore::open(Some(&dir.join("sm"))).unwrap().with_checkpoints(log.checkpointer(), 2);
+        StateMachineStore::open(Some(&dir.join("sm"))).unwrap().with_checkpoints(log.checkpointer(), every);
     let es: Vec<Entry> = entries
         .iter()
         .enumerate()
@@ -40,7 +47,15 @@ async fn node(dir: &Path, entries: &[(u64, &str)]) -> PathBuf {
     let (tx, rx) = TypeConfig::oneshot();
     log.append(es.clone(), IOFlushed::signal(tx)).await.unwrap();
     rx.await.unwrap().unwrap();
-    sm.apply(stream::iter(es.into_iter().map(|e| Ok((e, None))))).await.unwrap();
+    let split = snap.map_or(0, |(s, _)| s as usize);
+    sm.apply(stream::iter(es[..split].iter().cloned().map(|e| Ok((e, None))))).await.unwrap();
+    if let Some((at, purge)) = snap {
+        let mut b = sm.get_snapshot_builder().await;
+        let s = openraft::storage::RaftSnapshotBuilder::build_snapshot(&mut b).await.unwrap();
+        assert_eq!(s.meta.last_log_id.map(|l| l.index), Some(at));
+        log.purge(es[purge as usize - 1].log_id).await.unwrap();
+    }
+    sm.apply(stream::iter(es[split..].iter().cloned().map(|e| Ok((e, None))))).await.unwrap();
     log.close().unwrap();
     dir.to_path_buf()
 }
@@ -83,4 +98,105 @@ async fn agreeing_replicas_agree_and_a_different_entry_or_log_id_is_divergent_at
     let s = node(&d.path().join("s"), &base[..3]).await;
     let c = compare(&[a, s]);
     assert_eq!((c.verdict, c.common), ("AGREE", Some((1, 3))), "{}", c.summary());
+}
+
+/// `n` metalake names long enough that a few hundred entries fill a 64 KiB segment.
+fn long_names(n: u64) -> Vec<String> {
+    (1..=n).map(|i| format!("lake-{i:05}-{}", "p".repeat(40))).collect()
+}
+
+/// Replicas compacted at different points hold different prefixes of the same log: compared
+/// from the common first index, they agree; an entry changed after that start is DIVERGENT at
+/// its index.
+#[tokio::test]
+async fn replicas_purged_at_different_points_agree_and_a_later_difference_is_found() {
+    let d = tempfile::tempdir().unwrap();
+    let names = long_names(3000);
+    let base: Vec<(u64, &str)> = names.iter().map(|n| (1, n.as_str())).collect();
+    let a = node_purged(&d.path().join("a"), &base, 50, Some((700, 600))).await;
+    let b = node_purged(&d.path().join("b"), &base, 50, Some((1500, 1400))).await;
+    let c = node_purged(&d.path().join("c"), &base, 50, Some((2300, 2200))).await;
+    // The purges removed different numbers of segments: each log starts elsewhere.
+    let firsts: Vec<u64> =
+        [&a, &b, &c].iter().map(|n| wal_raft::check::log_ids(n).unwrap()[0].index).collect();
+    assert!(firsts[0] < firsts[1] && firsts[1] < firsts[2], "first indexes {firsts:?}");
+    for n in [&a, &b, &c] {
+        let ck = check(n);
+        assert_eq!(ck.exit_code(), 0, "{}", ck.summary());
+    }
+    let cmp = compare(&[a.clone(), b.clone(), c.clone()]);
+    assert_eq!((cmp.verdict, cmp.exit_code()), ("AGREE", 0), "{}", cmp.summary());
+    assert_eq!(cmp.common.map(|r| r.1), Some(3000), "{}", cmp.summary());
+    let digests: Vec<_> = cmp.nodes.iter().map(|n| n.2.clone()).collect();
+    assert!(digests[0].is_some() && digests.windows(2).all(|w| w[0] == w[1]), "{}", cmp.summary());
+
+    // The same history but another command at index 2700, compacted at yet another point.
+    let mut other = base.clone();
+    other[2699] = (1, "x");
+    let x = node_purged(&d.path().join("x"), &other, 50, Some((1100, 1000))).await;
+    let cmp = compare(&[a, b, c, x]);
+    assert_eq!((cmp.verdict, cmp.exit_code()), ("DIVERGENT", 4), "{}", cmp.summary());
+    assert!(cmp.why.contains("index 2700"), "{}", cmp.summary());
+}
+
+/// A replica too far behind to compare is not a pass: NOT_COMPARED, walcheck's exit code 8,
+/// naming the replica, whether it shares no index with the others or only indexes below a
+/// snapshot (then its entries are still compared, and a difference there is DIVERGENT).
+#[tokio::test]
+async fn a_replica_too_far_behind_to_compare_is_not_compared_with_a_non_zero_code() {
+    let d = tempfile::tempdir().unwrap();
+    let names = long_names(2000);
+    let base: Vec<(u64, &str)> = names.iter().map(|n| (1, n.as_str())).collect();
+    let ahead = node_purged(&d.path().join("ahead"), &base, 50, Some((1500, 1400))).await;
+    let first = wal_raft::check::log_ids(&ahead).unwrap()[0].index;
+    assert!(first > 300, "the purge removed a segment: first index {first}");
+
+    // Ends before the first entry the other still holds.
+    let behind = node_purged(&d.path().join("behind"), &base[..300], 50, None).await;
+    let cmp = compare(&[ahead.clone(), behind.clone()]);
+    assert_eq!((cmp.verdict, cmp.exit_code()), ("NOT_COMPARED", 8), "{}", cmp.summary());
+    assert!(cmp.why.contains("ends at index 300"), "{}", cmp.summary());
+    assert!(cmp.why.contains(&behind.display().to_string()), "{}", cmp.summary());
+
+    // Shares indexes with it, all below its snapshot: the entries agree, the digests cannot be
+    // compared at one index.
+    let mid = node_purged(&d.path().join("mid"), &base[..first as usize + 20], 50, None).await;
+    let cmp = compare(&[ahead.clone(), mid]);
+    assert_eq!((cmp.verdict, cmp.exit_code()), ("NOT_COMPARED", 8), "{}", cmp.summary());
+    assert_eq!(cmp.compared, 21, "{}", cmp.summary());
+    assert!(cmp.why.contains("snapshot (index 1500)"), "{}", cmp.summary());
+
+    // The same, with a different entry in the shared range: DIVERGENT there.
+    let mut other = base[..first as usize + 20].to_vec();
+    other[first as usize + 9] = (1, "x");
+    let bad = node_purged(&d.path().join("bad"), &other, 50, None).await;
+    let cmp = compare(&[ahead, bad]);
+    assert_eq!((cmp.verdict, cmp.exit_code()), ("DIVERGENT", 4), "{}", cmp.summary());
+    assert!(cmp.why.contains(&format!("index {}", first + 10)), "{}", cmp.summary());
+}
+
+/// A purge never passes the snapshot. A log whose first entry is past the snapshot's next
+/// index (here: an older snapshot file put back) has entries in neither: `check` and `compare`
+/// say so at those indexes instead of replaying a state that skipped them.
+#[tokio::test]
+async fn a_log_that_starts_past_its_snapshot_is_divergent_with_the_missing_indexes() {
+    let d = tempfile::tempdir().unwrap();
+    let names = long_names(2000);
+    let base: Vec<(u64, &str)> = names.iter().map(|n| (1, n.as_str())).collect();
+    let a = node_purged(&d.path().join("a"), &base, 50, Some((1500, 1400))).await;
+    let b = node_purged(&d.path().join("b"), &base, 50, Some((1500, 1400))).await;
+    let old = node_purged(&d.path().join("old"), &base[..200], 50, Some((100, 1))).await;
+    let first = wal_raft::check::log_ids(&a).unwrap()[0].index;
+    assert!(first > 101, "first index {first}");
+    for f in std::fs::read_dir(old.join("sm")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), a.join("sm").join(f.file_name())).unwrap();
+    }
+    let ck = check(&a);
+    let want = format!("the log starts at index {first}, but the snapshot ends at 100");
+    assert!(matches!(&ck.state, State::Divergent(w) if w.contains(&want)), "{}", ck.summary());
+    assert_eq!(ck.exit_code(), 4);
+    let cmp = compare(&[b, a]);
+    assert_eq!((cmp.verdict, cmp.exit_code()), ("DIVERGENT", 4), "{}", cmp.summary());
+    assert!(cmp.why.contains(&want), "{}", cmp.summary());
 }

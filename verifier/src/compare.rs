@@ -140,41 +140,59 @@ pub enum Apart {
 /// Walks several logs in lockstep over the positions `lo..=hi` and compares their entries byte
 /// for byte: the one comparison loop of `walcheck compare` and of the Raft nodes' offline
 /// `compare` (which decodes its entries differently). `next(i)` gives log `i`'s next entry at
-/// or below `hi` (its position and bytes) or `None` past `hi` or at the log's end; entries
-/// before `lo`, a prefix only some logs hold, are read and skipped. `dirs` names the logs and
-/// `unit` their positions ("LSN", "index") in the reasons. Returns how many positions were
-/// compared.
+/// or below `hi` (its position and bytes) or `None` past `hi` or at the log's end. The walk
+/// starts at the common start: the highest of `lo` and every log's first entry. Logs compacted
+/// at different points hold different prefixes of one history (a log's first position is where
+/// its own purge left it, not a position every log holds), so the prefix only some logs hold is
+/// read and skipped, not taken for a gap. `dirs` names the logs and `unit` their positions
+/// ("LSN", "index") in the reasons.
 pub fn lockstep<E: std::fmt::Display>(
     dirs: &[PathBuf],
     range: (u64, u64),
     unit: &str,
     next: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>, E>,
-) -> Result<u64, Apart> {
-    let mut compared = 0;
-    lockstep_counting(dirs, range, unit, next, &mut compared).map(|()| compared)
+) -> Result<Walked, Apart> {
+    let mut walked = Walked::default();
+    lockstep_counting(dirs, range, unit, next, &mut walked).map(|()| walked)
 }
 
-/// [`lockstep`], counting in `compared` the positions that matched, also when it stops at a
-/// difference (then: the positions before it).
+/// What a lockstep walk covered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Walked {
+    /// The first position compared: the common start (none when a log held no entry in range).
+    pub start: Option<u64>,
+    /// How many positions matched.
+    pub compared: u64,
+}
+
+/// [`lockstep`], filling `walked` as it goes: the positions that matched are counted also when
+/// it stops at a difference (then: the positions before it).
 pub fn lockstep_counting<E: std::fmt::Display>(
     dirs: &[PathBuf],
     (lo, hi): (u64, u64),
     unit: &str,
     mut next: impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>, E>,
-    compared: &mut u64,
+    walked: &mut Walked,
 ) -> Result<(), Apart> {
+    // Each log's first entry at or above `lo`, to find the common start.
+    let mut heads = Vec::with_capacity(dirs.len());
+    for i in 0..dirs.len() {
+        heads.push(next_from(&mut next, i, lo)?);
+    }
+    let start = heads.iter().map(|h| h.as_ref().map(|e| e.0)).collect::<Option<Vec<u64>>>();
+    let start = start.and_then(|s| s.into_iter().max()).unwrap_or(lo).max(lo);
+    walked.start = heads.iter().all(Option::is_some).then_some(start);
+    let mut heads: Vec<_> = heads.into_iter().map(|h| h.filter(|e| e.0 >= start)).collect();
+    let mut next = |i: usize| match heads[i].take() {
+        Some(e) => Ok(Some(e)),
+        None => next_from(&mut next, i, start),
+    };
     // Bounded by the entries of the shortest log: every round consumes one entry of each.
     loop {
         let mut first: Option<(usize, u64, Vec<u8>)> = None;
         let mut ended = None;
         for i in 0..dirs.len() {
-            let got = loop {
-                match next(i) {
-                    Ok(Some((at, _))) if at < lo => continue,
-                    Ok(got) => break got,
-                    Err(e) => return Err(Apart::Failed(i, e.to_string())),
-                }
-            };
+            let got = next(i)?;
             match (&first, got) {
                 (_, None) => {
                     ended.get_or_insert(i);
@@ -198,7 +216,7 @@ pub fn lockstep_counting<E: std::fmt::Display>(
             }
         }
         match (ended, first) {
-            (None, _) => *compared += 1,
+            (None, _) => walked.compared += 1,
             (Some(_), None) => return Ok(()),
             (Some(i), Some(_)) => {
                 return Err(Apart::Differ(format!(
@@ -206,6 +224,21 @@ pub fn lockstep_counting<E: std::fmt::Display>(
                     dirs[i].display()
                 )))
             }
+        }
+    }
+}
+
+/// Log `i`'s next entry at or above `from` (earlier ones are read and skipped).
+fn next_from<E: std::fmt::Display>(
+    next: &mut impl FnMut(usize) -> Result<Option<(u64, Vec<u8>)>, E>,
+    i: usize,
+    from: u64,
+) -> Result<Option<(u64, Vec<u8>)>, Apart> {
+    loop {
+        match next(i) {
+            Ok(Some((at, _))) if at < from => continue,
+            Ok(got) => return Ok(got),
+            Err(e) => return Err(Apart::Failed(i, e.to_string())),
         }
     }
 }
@@ -297,8 +330,13 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
         let (r, rp) = (&mut replays[i], &mut replayers[i]);
         next_entry(r, rp, hi).map(|e| e.map(|(l, p)| (l.0, p)))
     };
-    let walked = lockstep_counting(dirs, (lo.0, hi.0), "LSN", next, &mut report.entries_compared);
-    match walked {
+    let mut walked = Walked::default();
+    let result = lockstep_counting(dirs, (lo.0, hi.0), "LSN", next, &mut walked);
+    report.entries_compared = walked.compared;
+    if let (Some(start), Some(common)) = (walked.start, report.common.as_mut()) {
+        common.0 = Lsn(start);
+    }
+    match result {
         Ok(()) => {}
         Err(Apart::Differ(why)) => {
             report.verdict = ReplicaVerdict::Differ(why);
@@ -347,6 +385,10 @@ mod tests {
 
     /// Runs `lockstep` over in-memory logs; `fail` makes reading that log fail at its end.
     fn walk(logs: &[Log], lo: u64, hi: u64, fail: Option<usize>) -> Result<u64, Apart> {
+        walk_from(logs, lo, hi, fail).map(|w| w.compared)
+    }
+
+    fn walk_from(logs: &[Log], lo: u64, hi: u64, fail: Option<usize>) -> Result<Walked, Apart> {
         let dirs: Vec<PathBuf> = (0..logs.len()).map(|i| PathBuf::from(format!("r{i}"))).collect();
         let mut at = vec![0usize; logs.len()];
         lockstep(&dirs, (lo, hi), "LSN", |i| {
@@ -367,6 +409,22 @@ mod tests {
     fn agreeing_logs_count_the_common_range_only() {
         // r0 holds a prefix the others purged: read, not compared.
         assert_eq!(walk(&[log(1..=9), log(4..=9), log(4..=12)], 4, 9, None), Ok(6));
+    }
+
+    #[test]
+    fn logs_purged_at_different_points_are_compared_from_their_common_start() {
+        // Each log starts where its own purge left it; none of them holds the range's start.
+        let logs = [log(3..=9), log(6..=9), log(5..=12)];
+        assert_eq!(walk_from(&logs, 1, 9, None), Ok(Walked { start: Some(6), compared: 4 }));
+        let mut changed = log(4..=9);
+        changed[4].1[0] ^= 1;
+        let err = walk(&[log(3..=9), changed], 1, 9, None).unwrap_err();
+        assert_eq!(err, Apart::Differ("the entry at LSN 8 differs between r0 and r1".into()));
+        // A hole after the common start is still a gap.
+        let mut gap = log(5..=9);
+        gap.remove(2);
+        let err = walk(&[log(3..=9), gap], 1, 9, None).unwrap_err();
+        assert_eq!(err, Apart::Differ("r1 has LSN 8 where r0 has LSN 7 (a gap in one of them)".into()));
     }
 
     #[test]

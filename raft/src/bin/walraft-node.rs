@@ -89,6 +89,11 @@ struct RunArgs {
     checkpoint_every: u64,
     #[arg(long, default_value_t = 5000)]
     write_timeout_ms: u64,
+    /// The largest message frame on the port (the same on every node; at least 16384). Larger
+    /// snapshots travel in chunks and larger batches of entries are split, so this bounds
+    /// memory per message, not what can be replicated.
+    #[arg(long, default_value_t = wal_raft::net::frame::MAX_FRAME_LEN)]
+    max_frame_bytes: usize,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -205,6 +210,7 @@ async fn run(a: RunArgs) -> i32 {
     cfg.keep_logs = a.keep_logs;
     cfg.checkpoint_every = a.checkpoint_every;
     cfg.write_timeout = Duration::from_millis(a.write_timeout_ms);
+    cfg.max_frame_bytes = a.max_frame_bytes;
     let id = cfg.id;
     let node = match start(cfg).await {
         Ok(Started::Running(n)) => n,

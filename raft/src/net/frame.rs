@@ -10,18 +10,30 @@
 //! Why JSON: openraft's messages already derive serde (the `serde` feature), `serde_json` is
 //! already a workspace dependency, and a frame can be read with `jq` when a test fails. What
 //! JSON is bad at — byte arrays (an array of numbers, up to 4 bytes per byte) — is kept out of
-//! it: a snapshot travels as the raw tail. The entries of an append-entries RPC do travel as
-//! JSON (a catalog command is small; the bench in the README measures what that costs).
-//! Every length is checked before anything is allocated, and a frame that does not parse is an
-//! error for that connection, never a panic.
+//! it: a snapshot chunk and the entries of an append-entries RPC travel as the raw tail
+//! ([`super::append`], [`super::chunks`]). Every length is checked before anything is
+//! allocated, and a frame that does not parse is an error for that connection, never a panic.
+//!
+//! A frame is bounded ([`MAX_FRAME_LEN`], or a node's `max_frame_bytes`); what can be larger
+//! than a frame is split by its sender: a snapshot into chunks, an append-entries batch into
+//! the prefix that fits (the rest follows in the next RPC).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// The largest frame a node reads or writes (a snapshot included).
+/// The largest frame a node reads or writes by default.
 pub const MAX_FRAME_LEN: usize = 64 << 20;
+
+/// The smallest frame limit a node accepts: room for any message but a snapshot chunk or a
+/// batch of entries, which are split to fit.
+pub const MIN_FRAME_LEN: usize = 16 << 10;
+
+/// The frame's length field for `json` bytes of message and `tail` bytes after it.
+pub fn frame_len(json: usize, tail: usize) -> usize {
+    4 + json + tail
+}
 
 /// Writes one frame: `msg` as JSON, then `tail`.
 pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
@@ -29,10 +41,20 @@ pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
     msg: &T,
     tail: &[u8],
 ) -> io::Result<()> {
+    write_frame_max(w, msg, tail, MAX_FRAME_LEN).await
+}
+
+/// [`write_frame`] with a frame limit of `max` bytes.
+pub async fn write_frame_max<W: AsyncWrite + Unpin, T: Serialize>(
+    w: &mut W,
+    msg: &T,
+    tail: &[u8],
+    max: usize,
+) -> io::Result<()> {
     let json = serde_json::to_vec(msg).map_err(io::Error::other)?;
-    let n = 4 + json.len() + tail.len();
-    if n > MAX_FRAME_LEN {
-        return Err(io::Error::other(format!("a {n}-byte frame is larger than {MAX_FRAME_LEN}")));
+    let n = frame_len(json.len(), tail.len());
+    if n > max {
+        return Err(io::Error::other(format!("a {n}-byte frame is larger than the limit {max}")));
     }
     let mut buf = Vec::with_capacity(8 + json.len() + tail.len().min(1 << 16));
     buf.extend_from_slice(&(n as u32).to_le_bytes());
@@ -52,6 +74,14 @@ pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
 pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
     r: &mut R,
 ) -> io::Result<Option<(T, Vec<u8>)>> {
+    read_frame_max(r, MAX_FRAME_LEN).await
+}
+
+/// [`read_frame`] with a frame limit of `max` bytes.
+pub async fn read_frame_max<R: AsyncRead + Unpin, T: DeserializeOwned>(
+    r: &mut R,
+    max: usize,
+) -> io::Result<Option<(T, Vec<u8>)>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -59,8 +89,8 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
         Err(e) => return Err(e),
     }
     let n_untrusted = u32::from_le_bytes(len) as usize;
-    if !(4..=MAX_FRAME_LEN).contains(&n_untrusted) {
-        return Err(invalid(format!("frame length {n_untrusted} outside 4..={MAX_FRAME_LEN}")));
+    if !(4..=max).contains(&n_untrusted) {
+        return Err(invalid(format!("frame length {n_untrusted} outside 4..={max}")));
     }
     let mut body = vec![0u8; n_untrusted];
     r.read_exact(&mut body).await?;

@@ -4,9 +4,17 @@
 //! openraft makes a separate network client for replication, heartbeats, votes and snapshots,
 //! so a slow append never delays a heartbeat on the same socket. Every failure (no connection,
 //! a timeout, a frame that does not parse, a peer that dropped us, the partition switch) is
-//! `Unreachable`: openraft then backs off and retries, which is the right answer to all of them.
+//! `Unreachable`: openraft then backs off and retries, which is the right answer to all of them
+//! but one that would repeat forever; so every failure is also logged ([`FailureLog`]).
+//!
+//! Nothing is larger than a frame (`max_frame`): an append-entries batch carries the prefix of
+//! its entries that fits ([`crate::net::append`]), a snapshot travels in chunks
+//! ([`crate::net::chunks`]).
 
-use crate::net::frame::{read_frame, write_frame};
+use crate::net::append;
+use crate::net::chunks::{chunk_len, pieces};
+use crate::net::failures::FailureLog;
+use crate::net::frame::{read_frame_max, write_frame_max};
 use crate::net::wire::{Msg, Reply};
 use crate::{SnapshotData, TypeConfig, Vote};
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -20,7 +28,7 @@ use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 /// The test-only fault switch shared by a node's server and its network: while on, every Raft
@@ -43,23 +51,37 @@ impl Partition {
 #[derive(Clone, Debug)]
 pub struct TcpNetFactory {
     pub partition: Partition,
+    /// This node's id (in what it logs) and the largest frame it sends.
+    pub id: u64,
+    pub max_frame: usize,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetFactory {
     type Network = TcpNet;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> TcpNet {
-        TcpNet { target, addr: node.addr.clone(), conn: None, partition: self.partition.clone() }
+        TcpNet {
+            id: self.id,
+            target,
+            addr: node.addr.clone(),
+            conn: None,
+            partition: self.partition.clone(),
+            max_frame: self.max_frame,
+            failures: FailureLog::default(),
+        }
     }
 }
 
 /// One openraft client of one peer.
 #[derive(Debug)]
 pub struct TcpNet {
+    id: u64,
     target: u64,
     addr: String,
     conn: Option<TcpStream>,
     partition: Partition,
+    max_frame: usize,
+    failures: FailureLog,
 }
 
 fn unreachable(e: impl std::fmt::Display) -> Unreachable<TypeConfig> {
@@ -79,16 +101,28 @@ impl TcpNet {
             return Err(unreachable("partitioned (test fault switch)"));
         }
         let r = tokio::time::timeout(ttl, self.exchange(msg, tail)).await;
-        match r {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => {
-                self.conn = None;
-                Err(unreachable(format!("node {} at {}: {e}", self.target, self.addr)))
-            }
-            Err(_) => {
-                self.conn = None;
-                Err(unreachable(format!("node {} at {}: no reply within {ttl:?}", self.target, self.addr)))
-            }
+        let why = match r {
+            Ok(Ok(reply)) => return Ok(reply),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no reply within {ttl:?}"),
+        };
+        self.conn = None;
+        Err(self.failed(kind(msg), &why))
+    }
+
+    /// Logs a failed RPC (see [`FailureLog`]) and makes it openraft's `Unreachable`.
+    fn failed(&mut self, what: &str, why: &str) -> Unreachable<TypeConfig> {
+        let line = format!("{what} to node {} at {}: {why}", self.target, self.addr);
+        if let Some(l) = self.failures.failed(Instant::now(), &line) {
+            eprintln!("walraft-node {}: {l}", self.id);
+        }
+        unreachable(line)
+    }
+
+    /// Logs the end of a run of failures.
+    fn succeeded(&mut self) {
+        if let Some(l) = self.failures.succeeded() {
+            eprintln!("walraft-node {}: to node {} at {}: {l}", self.id, self.target, self.addr);
         }
     }
 
@@ -99,16 +133,27 @@ impl TcpNet {
             self.conn = Some(s);
         }
         let Some(s) = self.conn.as_mut() else { return Err(io::Error::other("no connection")) };
-        write_frame(s, msg, tail).await?;
-        match read_frame::<_, Reply>(s).await? {
+        write_frame_max(s, msg, tail, self.max_frame).await?;
+        match read_frame_max::<_, Reply>(s, self.max_frame).await? {
             Some((reply, _)) => Ok(reply),
             None => Err(io::Error::other("the peer closed the connection (partitioned or stopping)")),
         }
     }
 }
 
-fn wrong(reply: &Reply) -> Unreachable<TypeConfig> {
-    unreachable(format!("unexpected reply {reply:?}"))
+fn wrong(reply: &Reply) -> String {
+    format!("unexpected reply {reply:?}")
+}
+
+/// What an RPC is, in what is logged.
+fn kind(msg: &Msg) -> &'static str {
+    match msg {
+        Msg::AppendEntries(_) => "append-entries",
+        Msg::Vote(_) => "vote",
+        Msg::PreVote(_) => "pre-vote",
+        Msg::SnapshotChunk { .. } => "snapshot",
+        _ => "request",
+    }
 }
 
 impl RaftNetworkV2<TypeConfig> for TcpNet {
@@ -119,11 +164,23 @@ impl RaftNetworkV2<TypeConfig> for TcpNet {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.call(&Msg::AppendEntries(rpc), &[], option.hard_ttl()).await? {
+        // The message enum's JSON around the head: `{"AppendEntries":` and `}`.
+        let out = match append::encode(&rpc, self.max_frame, 32) {
+            Ok(out) => out,
+            Err(e) => return Err(self.failed("append-entries", &e.to_string()).into()),
+        };
+        let r = match self.call(&Msg::AppendEntries(out.head), &out.tail, option.hard_ttl()).await? {
+            Reply::AppendEntries(Ok(AppendEntriesResponse::Success)) if out.partial.is_some() => {
+                Ok(AppendEntriesResponse::PartialSuccess(out.partial))
+            }
             Reply::AppendEntries(Ok(r)) => Ok(r),
-            Reply::AppendEntries(Err(e)) => Err(unreachable(e).into()),
-            other => Err(wrong(&other).into()),
+            Reply::AppendEntries(Err(e)) => Err(self.failed("append-entries", &e).into()),
+            other => Err(self.failed("append-entries", &wrong(&other)).into()),
+        };
+        if r.is_ok() {
+            self.succeeded();
         }
+        r
     }
 
     async fn vote(
@@ -133,8 +190,8 @@ impl RaftNetworkV2<TypeConfig> for TcpNet {
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         match self.call(&Msg::Vote(rpc), &[], option.hard_ttl()).await? {
             Reply::Vote(Ok(r)) => Ok(r),
-            Reply::Vote(Err(e)) => Err(unreachable(e).into()),
-            other => Err(wrong(&other).into()),
+            Reply::Vote(Err(e)) => Err(self.failed("vote", &e).into()),
+            other => Err(self.failed("vote", &wrong(&other)).into()),
         }
     }
 
@@ -146,8 +203,8 @@ impl RaftNetworkV2<TypeConfig> for TcpNet {
         // An unreachable peer must be an error, never a grant (openraft's pre-vote contract).
         match self.call(&Msg::PreVote(rpc), &[], option.hard_ttl()).await? {
             Reply::Vote(Ok(r)) => Ok(r),
-            Reply::Vote(Err(e)) => Err(unreachable(e).into()),
-            other => Err(wrong(&other).into()),
+            Reply::Vote(Err(e)) => Err(self.failed("pre-vote", &e).into()),
+            other => Err(self.failed("pre-vote", &wrong(&other)).into()),
         }
     }
 
@@ -158,25 +215,61 @@ impl RaftNetworkV2<TypeConfig> for TcpNet {
         cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let msg = Msg::FullSnapshot { vote, meta: snapshot.meta };
-        // The snapshot is one frame; its transfer gets the install timeout, not a heartbeat's.
+        // One chunk per frame; each gets the install timeout, not a heartbeat's.
         let ttl = option.hard_ttl().max(Duration::from_secs(10));
         let r = tokio::select! {
             closed = cancel => Err(closed),
-            r = self.call(&msg, &snapshot.snapshot, ttl) => Ok(r),
+            r = self.send_snapshot(vote, &snapshot, ttl) => Ok(r),
         };
-        let reply = match r {
-            Ok(r) => r?,
+        match r {
+            Ok(r) => {
+                if r.is_ok() {
+                    self.succeeded();
+                }
+                r
+            }
             Err(closed) => {
                 // Cancelled mid-exchange: the socket may hold half a frame.
                 self.conn = None;
-                return Err(StreamingError::Closed(closed));
+                Err(StreamingError::Closed(closed))
             }
-        };
-        match reply {
-            Reply::Snapshot(Ok(r)) => Ok(r),
-            Reply::Snapshot(Err(e)) => Err(unreachable(e).into()),
-            other => Err(wrong(&other).into()),
         }
+    }
+}
+
+impl TcpNet {
+    /// Sends `snapshot` in chunks that each fit a frame, waiting for each reply.
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: &SnapshotOf<TypeConfig, SnapshotData>,
+        ttl: Duration,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let data = &snapshot.snapshot;
+        let total = data.len() as u64;
+        let chunk = |offset| Msg::SnapshotChunk { vote, meta: snapshot.meta.clone(), offset, total };
+        let widest = serde_json::to_vec(&Msg::SnapshotChunk {
+            vote,
+            meta: snapshot.meta.clone(),
+            offset: u64::MAX,
+            total: u64::MAX,
+        })
+        .map_err(|e| self.failed("snapshot", &e.to_string()))?;
+        let len =
+            chunk_len(self.max_frame, widest.len()).map_err(|e| self.failed("snapshot", &e.to_string()))?;
+        let pieces = pieces(data, len);
+        let last = pieces.len() - 1;
+        for (i, (offset, piece)) in pieces.into_iter().enumerate() {
+            let got = offset + piece.len() as u64;
+            match self.call(&chunk(offset), piece, ttl).await? {
+                Reply::Chunk(Ok(n)) if i < last && n == got => {}
+                Reply::Snapshot(Ok(r)) if i == last => return Ok(r),
+                Reply::Snapshot(Err(e)) | Reply::Chunk(Err(e)) => {
+                    return Err(self.failed("snapshot", &e).into())
+                }
+                other => return Err(self.failed("snapshot", &wrong(&other)).into()),
+            }
+        }
+        Err(self.failed("snapshot", "internal: no chunk was sent").into())
     }
 }

@@ -2,23 +2,24 @@
 //! audiences: peers (Raft RPCs), clients (catalog writes) and operators/tests (metrics, lookups,
 //! the test-only partition switch). Each request gets exactly one reply frame.
 
+use crate::net::append::AppendHead;
 use crate::{Response, SnapshotMeta, TypeConfig, Vote};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
-};
+use openraft::raft::{AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
 use serde::{Deserialize, Serialize};
 
 /// A request on a node's port.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Msg {
-    /// Raft: replicate entries (or a heartbeat).
-    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    /// Raft: replicate entries (or a heartbeat); the entries are the frame's raw tail
+    /// ([`crate::net::append`]).
+    AppendEntries(AppendHead),
     /// Raft: a vote request.
     Vote(VoteRequest<TypeConfig>),
     /// Raft: a pre-vote (no term change on the receiver).
     PreVote(VoteRequest<TypeConfig>),
-    /// Raft: a whole snapshot; its bytes are the frame's raw tail.
-    FullSnapshot { vote: Vote, meta: SnapshotMeta },
+    /// Raft: bytes `offset..` of a snapshot of `total` bytes, as the frame's raw tail
+    /// ([`crate::net::chunks`]); answered `Chunk` until the last, then `Snapshot`.
+    SnapshotChunk { vote: Vote, meta: SnapshotMeta, offset: u64, total: u64 },
     /// Client: a catalog command (the catalog's own encoding) with the client's request id
     /// (the same id on every retry of one logical write: the apply seam applies it once).
     /// `forwarded`: sent by a follower on its client's behalf; never forwarded again (a node
@@ -47,7 +48,7 @@ impl Msg {
             Msg::AppendEntries(_)
                 | Msg::Vote(_)
                 | Msg::PreVote(_)
-                | Msg::FullSnapshot { .. }
+                | Msg::SnapshotChunk { .. }
                 | Msg::Write { forwarded: true, .. }
         )
     }
@@ -59,6 +60,8 @@ pub enum Reply {
     AppendEntries(Result<AppendEntriesResponse<TypeConfig>, String>),
     Vote(Result<VoteResponse<TypeConfig>, String>),
     Snapshot(Result<SnapshotResponse<TypeConfig>, String>),
+    /// A snapshot chunk was received: the bytes received so far.
+    Chunk(Result<u64, String>),
     Write(WriteReply),
     /// Boxed: by far the largest reply, and a rare one.
     Metrics(Box<NodeMetrics>),

@@ -53,6 +53,10 @@ pub struct NodeConfig {
     /// How long a client write may wait for its commit before it is answered Indeterminate.
     pub write_timeout: Duration,
     pub segment_len_bytes: u32,
+    /// The largest frame this node reads or writes on its port (every node of a cluster must
+    /// use the same). A snapshot travels in chunks and an append-entries batch is cut to fit,
+    /// so this bounds a message, not what can be replicated.
+    pub max_frame_bytes: usize,
 }
 
 impl NodeConfig {
@@ -73,6 +77,7 @@ impl NodeConfig {
             checkpoint_every: 64,
             write_timeout: Duration::from_secs(5),
             segment_len_bytes: 4 << 20,
+            max_frame_bytes: crate::net::frame::MAX_FRAME_LEN,
         }
     }
 
@@ -145,7 +150,14 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
     let partition = Partition::default();
-    let net = TcpNetFactory { partition: partition.clone() };
+    let max_frame = cfg.max_frame_bytes;
+    if max_frame < crate::net::frame::MIN_FRAME_LEN {
+        return Err(io::Error::other(format!(
+            "max_frame_bytes {max_frame} is below {}",
+            crate::net::frame::MIN_FRAME_LEN
+        )));
+    }
+    let net = TcpNetFactory { partition: partition.clone(), id: cfg.id, max_frame };
     let raft = Raft::new(cfg.id, cfg.raft_config()?, net, log, sm)
         .await
         .map_err(|e| io::Error::other(format!("starting raft: {e}")))?;
@@ -165,6 +177,7 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         allow_faults: cfg.allow_faults,
         write_timeout: cfg.write_timeout,
         io_stats,
+        max_frame,
         forward_pool: Default::default(),
     };
     let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));

@@ -15,14 +15,14 @@
 //!   connection fails after the write was sent, `Indeterminate` (it may have been appended).
 //! - Admin requests read this node's metrics and applied state.
 
-use crate::net::frame::{read_frame, write_frame};
+use crate::net::chunks::{self, Chunk, Incoming};
+use crate::net::frame::{read_frame, read_frame_max, write_frame, write_frame_max};
 use crate::net::transport::Partition;
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
 use crate::node::RaftNode;
 use crate::{Request, StateMachineStore};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardReason, ForwardToLeader, RaftError};
-use openraft::type_config::alias::SnapshotOf;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +37,8 @@ pub struct Ctx {
     pub allow_faults: bool,
     pub write_timeout: Duration,
     pub io_stats: crate::IoStatsHandle,
+    /// The largest frame this node reads or writes (`NodeConfig::max_frame_bytes`).
+    pub max_frame: usize,
     /// Idle connections to other nodes' ports, for forwarded writes.
     pub forward_pool: tokio::sync::Mutex<std::collections::HashMap<String, Vec<TcpStream>>>,
 }
@@ -61,33 +63,42 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
 async fn connection(mut s: TcpStream, ctx: &Ctx) -> io::Result<()> {
     s.set_nodelay(true)?;
     let mut served = 0u64;
-    while let Some((msg, tail)) = read_frame::<_, Msg>(&mut s).await? {
+    // A snapshot being received in chunks on this connection.
+    let mut incoming = None;
+    while let Some((msg, tail)) = read_frame_max::<_, Msg>(&mut s, ctx.max_frame).await? {
         served += 1;
         let raft = msg.is_raft();
         if raft && ctx.partition.is_on() {
             return Ok(());
         }
-        let reply = handle(ctx, msg, tail).await;
+        let reply = handle(ctx, msg, tail, &mut incoming).await;
         if raft && ctx.partition.is_on() {
             return Ok(());
         }
-        write_frame(&mut s, &reply, &[]).await?;
+        write_frame_max(&mut s, &reply, &[], ctx.max_frame).await?;
         debug_assert!(served < u64::MAX);
     }
     Ok(())
 }
 
-async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>) -> Reply {
+async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incoming>) -> Reply {
     let raft = &ctx.raft;
     match msg {
-        Msg::AppendEntries(rpc) => {
-            Reply::AppendEntries(raft.append_entries(rpc).await.map_err(|e| e.to_string()))
-        }
+        Msg::AppendEntries(head) => Reply::AppendEntries(match crate::net::append::decode(head, &tail) {
+            Ok(rpc) => raft.append_entries(rpc).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }),
         Msg::Vote(rpc) => Reply::Vote(raft.vote(rpc).await.map_err(|e| e.to_string())),
         Msg::PreVote(rpc) => Reply::Vote(raft.pre_vote(rpc).await.map_err(|e| e.to_string())),
-        Msg::FullSnapshot { vote, meta } => {
-            let snap = SnapshotOf::<crate::TypeConfig, crate::SnapshotData> { meta, snapshot: tail };
-            Reply::Snapshot(raft.install_full_snapshot(vote, snap).await.map_err(|e| e.to_string()))
+        Msg::SnapshotChunk { vote, meta, offset, total } => {
+            let got = offset + tail.len() as u64;
+            match chunks::accept(incoming, Chunk { vote, meta, offset, total, data: tail }) {
+                Ok(None) => Reply::Chunk(Ok(got)),
+                Ok(Some((vote, snap))) => {
+                    Reply::Snapshot(raft.install_full_snapshot(vote, snap).await.map_err(|e| e.to_string()))
+                }
+                Err(why) => Reply::Chunk(Err(why)),
+            }
         }
         Msg::Write { command, request_id, forwarded } => {
             Reply::Write(write(ctx, &command, request_id, forwarded).await)
