@@ -5,12 +5,16 @@
 //! and walks the last one; a *full* scan walks every record of every segment (the verifier's).
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+use crate::classify::classify_in;
 use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
 use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Walked, Walker, Window};
+use crate::segment_read::SegmentReader;
+use crate::segment_read::READ_ALIGN;
 use crate::stale::{table_range, Owner, StaleTable};
 use crate::storage::{FileId, Mapping, Storage};
 use std::cell::Cell;
+use std::sync::Arc;
 use zerocopy::FromBytes;
 
 /// How an open treats damage. The verifier always reports; this decides what a writer does.
@@ -209,8 +213,13 @@ fn spare_before_data(seq: u64) -> Damage {
 }
 
 fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool, stale: Option<&StaleTable>) -> Damage {
+    damage_of(scan::classify(bytes, r, later, stale), segment, r)
+}
+
+/// Raw damage in `segment` with its verdict.
+fn damage_of(verdict: CrcVerdict, segment: u64, r: &RawDamage) -> Damage {
     Damage {
-        verdict: scan::classify(bytes, r, later, stale),
+        verdict,
         kind: r.kind.clone(),
         segment,
         offset: r.offset,
@@ -227,27 +236,33 @@ enum Windowed {
     Clean(SegmentHeader, Box<Walker>),
     /// Every byte is zero: a pre-created segment that never took a record.
     Spare,
-    /// Anything else (damage, a file that changed length): the segment is read whole and
-    /// walked again, which judges it exactly as a scan of a map does (damage is rare, and
-    /// classifying it needs the whole segment). Records below `visited_until` were visited.
+    /// Damage in the records (the walk judged every byte it needed, as a walk of the whole file
+    /// does): the walker there and the segment's stale table; it is classified by reading what
+    /// the classification needs ([`crate::segment_read`]).
+    Damaged { header: SegmentHeader, walker: Box<Walker>, raw: RawDamage, stale: Option<Arc<StaleTable>> },
+    /// Anything else (a damaged header or stale table, a file that changed length): the
+    /// segment is read whole and walked again, which judges it exactly as a scan of a map does.
+    /// Records below `visited_until` were visited.
     Redo { visited_until: u64 },
 }
 
-/// Reads are aligned to this many bytes of the file.
-const READ_ALIGN: usize = 4096;
-
 /// Walks segment `seq` through windows of about `window` bytes read into `buf` (one buffer,
-/// reused; it grows only for a record longer than a window), each walked while it is in cache.
+/// reused; it grows only for a record longer than a window), each walked while it is in cache;
+/// with `stop_at`, up to the first batch starting there.
+#[allow(clippy::too_many_arguments)]
 fn walk_windowed(
     storage: &dyn Storage,
     seq: u64,
     expect: &Expect,
     logical: Option<Logical>,
     window: usize,
+    stop_at: Option<u64>,
     buf: &mut Vec<u8>,
     visit: &mut impl FnMut(&Rec<'_>),
 ) -> Result<Windowed> {
-    on_segment(storage, seq, "reading", |f| walk_file(storage, f, expect, logical, window, buf, visit))
+    on_segment(storage, seq, "reading", |f| {
+        walk_file(storage, f, expect, logical, window, stop_at, buf, visit)
+    })
 }
 
 /// Reads `len` bytes at `at` into the front of `buf` (grown if needed): false when the file
@@ -263,12 +278,14 @@ fn fill(storage: &dyn Storage, f: FileId, buf: &mut Vec<u8>, at: usize, len: usi
     Ok(n == len)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn walk_file(
     storage: &dyn Storage,
     f: FileId,
     expect: &Expect,
     logical: Option<Logical>,
     window: usize,
+    stop_at: Option<u64>,
     buf: &mut Vec<u8>,
     visit: &mut impl FnMut(&Rec<'_>),
 ) -> std::io::Result<Windowed> {
@@ -311,6 +328,8 @@ fn walk_file(
     };
     let mut w = Walker::new(header, logical);
     w.zeros_from(written);
+    w.stop_at = stop_at;
+    let mut stale = None;
     if header.is_recycled() {
         // Its stale table, read whole; one that does not check out is judged by the map path.
         let at = table_range(header.segment_len.get());
@@ -319,7 +338,10 @@ fn walk_file(
             return redo(None);
         }
         match StaleTable::parse(&region, header.segment_len.get(), Owner::of(&header)) {
-            Some(t) => w.stale(Some(std::sync::Arc::new(t))),
+            Some(t) => {
+                stale = Some(Arc::new(t));
+                w.stale(stale.clone());
+            }
             None => return redo(None),
         }
     }
@@ -344,6 +366,8 @@ fn walk_file(
         visit(r);
     };
     // A footer's index point outside the window: a frame this walk accepted, or read just it.
+    // A read that fails leaves the probe undecided: damage it led to is judged whole.
+    let undecided = Cell::new(false);
     let probe = |off: u64, data_end: u64| {
         let walked = if off == SEGMENT_HEADER_LEN as u64 {
             first_frame.get()
@@ -358,6 +382,7 @@ fn walk_file(
         let mut b = [0u8; record_len(FRAME_PAYLOAD_LEN)];
         let Some(b) = b.get_mut(..n) else { return false };
         if !matches!(storage.read_at(f, off, b), Ok(k) if k == n) {
+            undecided.set(true);
             return false;
         }
         let win = Window::new(b, off, file_len as u64, None);
@@ -367,6 +392,9 @@ fn walk_file(
         let win = Window::new(buf.get(..len).unwrap_or_default(), base as u64, file_len as u64, Some(&probe));
         match w.walk(&win, visit) {
             Walked::End => return Ok(Windowed::Clean(header, Box::new(w))),
+            Walked::Damage(raw) if !undecided.get() => {
+                return Ok(Windowed::Damaged { header, walker: Box::new(w), raw, stale })
+            }
             Walked::Record(_) | Walked::Damage(_) => return redo(Some(&w)),
             Walked::NeedMore { from, end } => {
                 let (from, end) = (from as usize, (end as usize).min(file_len));
@@ -550,7 +578,7 @@ pub fn scan_log_with(
         if let (true, Some(window)) = (full, storage.scan_window()) {
             let walked = &mut out.records_walked;
             let windowed =
-                walk_windowed(storage, seq, &expect, logical.clone(), window, &mut buf, &mut |r| {
+                walk_windowed(storage, seq, &expect, logical.clone(), window, None, &mut buf, &mut |r| {
                     *walked += 1;
                     visit(seq, r);
                 })?;
@@ -574,6 +602,28 @@ pub fn scan_log_with(
                     }
                     out.spares.push(seq);
                     continue;
+                }
+                Windowed::Damaged { header, walker, raw, stale } => {
+                    let judged = on_segment(storage, seq, "reading", |f| {
+                        let mut src = SegmentReader::new(storage, f, window, &mut buf)?;
+                        Ok(classify_in(&mut src, &raw, later, stale.as_deref()))
+                    });
+                    // The valid prefix up to the damaged batch's start, as a whole walk finds it
+                    // (below): walked again through windows, to that batch's start.
+                    let again = |buf: &mut Vec<u8>| {
+                        let stop = Some(walker.data_end);
+                        walk_windowed(storage, seq, &expect, logical.clone(), window, stop, buf, &mut |_| {})
+                    };
+                    // Any failure (the file changed under the scan, a read error): judged whole.
+                    if let Ok(Ok(verdict)) = judged {
+                        if let Windowed::Clean(_, mut whole) = again(&mut buf)? {
+                            out.damage = Some(damage_of(verdict, seq, &raw));
+                            out.absorb_walk(seq, header, &mut whole);
+                            out.logical = whole.logical.take();
+                            break;
+                        }
+                    }
+                    visited_until = walker.offset();
                 }
                 Windowed::Redo { visited_until: v } => visited_until = v,
             }

@@ -142,13 +142,13 @@ impl<'a> Window<'a> {
     /// Whether the bytes up to `end` can be judged from this window: it holds them, or it
     /// reaches the end of the file (so whatever it lacks, the file lacks too).
     #[inline]
-    fn covers(&self, end: usize) -> bool {
+    pub(crate) fn covers(&self, end: usize) -> bool {
         end <= self.end() || self.end() >= self.file_len
     }
 
     /// The file's bytes `start..end`, if the window holds them.
     #[inline]
-    fn get(&self, start: usize, end: usize) -> Option<&'a [u8]> {
+    pub(crate) fn get(&self, start: usize, end: usize) -> Option<&'a [u8]> {
         self.bytes.get(start.checked_sub(self.base)?..end.checked_sub(self.base)?)
     }
 }
