@@ -147,8 +147,8 @@ impl Storage for ReadOnlyDir {
     }
 
     /// Reads the whole file with pread. A full scan reads segments in windows instead
-    /// ([`Storage::scan_window`]), and classifies damage in records through windows too; this
-    /// serves the rest (a damaged segment header or stale table, a replay, the whole-file
+    /// ([`Storage::scan_window`]), and classifies damage through windows too; this serves the
+    /// rest (a segment whose header is all zero with data after it, a replay, the whole-file
     /// checks of an unusual file). Memory is what the file holds, not
     /// its length: a new buffer is a zeroed allocation whose pages stay untouched where the
     /// file reads as zero (read a window at a time and copied page by page, skipping zero

@@ -85,7 +85,7 @@ pub fn decide(
 }
 
 /// A segment file's bytes at their offsets, as classifying damage reads them: held whole (a
-/// slice), or read a window at a time ([`crate::segment_read`]: a verifier's full scan, whose
+/// slice), or read a window at a time (`segment_read.rs`: a verifier's full scan, whose
 /// memory stays a window however long the segment is).
 pub trait SegmentBytes {
     /// The file's length.

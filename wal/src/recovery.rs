@@ -5,7 +5,7 @@
 //! and walks the last one; a *full* scan walks every record of every segment (the verifier's).
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use crate::classify::classify_in;
+use crate::classify::{classify_in, SegmentBytes};
 use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
 use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Walked, Walker, Window};
@@ -240,10 +240,58 @@ enum Windowed {
     /// does): the walker there and the segment's stale table; it is classified by reading what
     /// the classification needs ([`crate::segment_read`]).
     Damaged { header: SegmentHeader, walker: Box<Walker>, raw: RawDamage, stale: Option<Arc<StaleTable>> },
-    /// Anything else (a damaged header or stale table, a file that changed length): the
+    /// Damage at the segment's start, judged by its header alone (a header that is not all
+    /// zero: [`scan::read_start_in`] reads nothing else), or a recycled header's stale table
+    /// that does not check out (`stale` is `Known(None)` then). Classified as `Damaged` is.
+    AtStart { raw: RawDamage, stale: StaleLookup },
+    /// A header of a newer version.
+    Unsupported(DamageKind),
+    /// Anything else (a zero header with data after it, a file that changed length): the
     /// segment is read whole and walked again, which judges it exactly as a scan of a map does.
     /// Records below `visited_until` were visited.
     Redo { visited_until: u64 },
+}
+
+/// Where classifying damage finds a segment's stale table.
+enum StaleLookup {
+    /// Already known.
+    Known(Option<Arc<StaleTable>>),
+    /// Looked up at the end of the file as this owner's (as [`scan::stale_of`] does for a file
+    /// whose header is unreadable).
+    Find(Owner),
+}
+
+/// Classifies `raw` in segment `seq` by reading only what the classification needs, a window
+/// at a time ([`SegmentReader`]). `Err`: the bytes could not be read as the scan saw
+/// them (the file changed, a read failed); the caller then judges the segment whole.
+#[allow(clippy::too_many_arguments)]
+fn classify_windowed(
+    storage: &dyn Storage,
+    seq: u64,
+    window: usize,
+    buf: &mut Vec<u8>,
+    raw: &RawDamage,
+    later: bool,
+    stale: StaleLookup,
+) -> std::io::Result<CrcVerdict> {
+    let f = storage.open(&segment_file_name(seq), false)?;
+    let judged = (|| {
+        let mut src = SegmentReader::new(storage, f, window, buf)?;
+        let stale = match stale {
+            StaleLookup::Known(t) => t,
+            StaleLookup::Find(owner) => match scan::segment_len_of(src.file_len()) {
+                Some(len) => {
+                    let at = table_range(len);
+                    let win = src.window(at.start, at.end)?;
+                    win.get(at.start, at.end).and_then(|r| StaleTable::parse(r, len, owner)).map(Arc::new)
+                }
+                None => None,
+            },
+        };
+        classify_in(&mut src, raw, later, stale.as_deref())
+    })();
+    storage.close(f);
+    judged
 }
 
 /// Walks segment `seq` through windows of about `window` bytes read into `buf` (one buffer,
@@ -324,7 +372,12 @@ fn walk_file(
     }
     let header = match scan::read_start_in(buf.get(..len).unwrap_or_default(), file_len, expect) {
         Start::Segment(h) => h,
-        _ => return redo(None),
+        Start::Damage(raw) => {
+            let stale = StaleLookup::Find(scan::owner_of(expect));
+            return Ok(Windowed::AtStart { raw, stale });
+        }
+        Start::Unsupported(kind) => return Ok(Windowed::Unsupported(kind)),
+        Start::Spare { .. } => return redo(None),
     };
     let mut w = Walker::new(header, logical);
     w.zeros_from(written);
@@ -342,7 +395,10 @@ fn walk_file(
                 stale = Some(Arc::new(t));
                 w.stale(stale.clone());
             }
-            None => return redo(None),
+            None => {
+                let raw = scan::bad_stale_table(&header);
+                return Ok(Windowed::AtStart { raw, stale: StaleLookup::Known(None) });
+            }
         }
     }
     // The batch frames this walk accepted, one bit per sector (batches start on a sector, the
@@ -603,11 +659,20 @@ pub fn scan_log_with(
                     out.spares.push(seq);
                     continue;
                 }
+                Windowed::Unsupported(kind) => {
+                    let d = damage_at(CrcVerdict::UnsupportedVersion, kind, seq, 0);
+                    out.damage = Some(at_lsn(d, lsn_here));
+                    break;
+                }
+                Windowed::AtStart { raw, stale } => {
+                    if let Ok(v) = classify_windowed(storage, seq, window, &mut buf, &raw, later, stale) {
+                        out.damage = Some(at_lsn(damage_of(v, seq, &raw), lsn_here));
+                        break;
+                    }
+                }
                 Windowed::Damaged { header, walker, raw, stale } => {
-                    let judged = on_segment(storage, seq, "reading", |f| {
-                        let mut src = SegmentReader::new(storage, f, window, &mut buf)?;
-                        Ok(classify_in(&mut src, &raw, later, stale.as_deref()))
-                    });
+                    let stale = StaleLookup::Known(stale);
+                    let judged = classify_windowed(storage, seq, window, &mut buf, &raw, later, stale);
                     // The valid prefix up to the damaged batch's start, as a whole walk finds it
                     // (below): walked again through windows, to that batch's start.
                     let again = |buf: &mut Vec<u8>| {
@@ -615,7 +680,7 @@ pub fn scan_log_with(
                         walk_windowed(storage, seq, &expect, logical.clone(), window, stop, buf, &mut |_| {})
                     };
                     // Any failure (the file changed under the scan, a read error): judged whole.
-                    if let Ok(Ok(verdict)) = judged {
+                    if let Ok(verdict) = judged {
                         if let Windowed::Clean(_, mut whole) = again(&mut buf)? {
                             out.damage = Some(damage_of(verdict, seq, &raw));
                             out.absorb_walk(seq, header, &mut whole);

@@ -222,23 +222,29 @@ pub fn stale_of(
     }
     let owner = header.map_or(owner, Owner::of);
     let table = segment_len_of(bytes.len()).and_then(|len| StaleTable::find(bytes, len, owner));
-    if table.is_none() && recycled {
-        let at = header.map_or(0, |h| crate::stale::table_offset(h.segment_len.get())) as u64;
-        return Err(RawDamage {
-            kind: DamageKind::BadSegmentHeader("recycled, without a valid stale table"),
-            offset: at,
-            batch_start: at,
-            torn_span: None,
-            header_ok: true,
-            body_ok: true,
-            semantic: true,
-            seq: header.map_or(0, |h| h.first_record_seq.get()),
-            batch_seq: header.map_or(0, |h| h.first_record_seq.get()),
-            lsn: 0,
-            batch_lsn: 0,
-        });
+    match (table, header) {
+        (None, Some(h)) if recycled => Err(bad_stale_table(h)),
+        (table, _) => Ok(table),
     }
-    Ok(table)
+}
+
+/// The damage of a segment whose header says it was recycled and whose stale table does not
+/// check out.
+pub(crate) fn bad_stale_table(h: &SegmentHeader) -> RawDamage {
+    let at = crate::stale::table_offset(h.segment_len.get()) as u64;
+    RawDamage {
+        kind: DamageKind::BadSegmentHeader("recycled, without a valid stale table"),
+        offset: at,
+        batch_start: at,
+        torn_span: None,
+        header_ok: true,
+        body_ok: true,
+        semantic: true,
+        seq: h.first_record_seq.get(),
+        batch_seq: h.first_record_seq.get(),
+        lsn: 0,
+        batch_lsn: 0,
+    }
 }
 
 /// Reads and checks a segment header.
