@@ -234,8 +234,9 @@ fn damage_of(verdict: CrcVerdict, segment: u64, r: &RawDamage) -> Damage {
 enum Windowed {
     /// The segment checked out to its clean end: its header and the walker there.
     Clean(SegmentHeader, Box<Walker>),
-    /// Every byte is zero: a pre-created segment that never took a record.
-    Spare,
+    /// Every byte is zero, or blank by a valid stale table (`recycled`): a pre-created segment
+    /// that never took a record.
+    Spare { recycled: bool },
     /// Damage in the records (the walk judged every byte it needed, as a walk of the whole file
     /// does): the walker there and the segment's stale table; it is classified by reading what
     /// the classification needs ([`crate::segment_read`]).
@@ -246,8 +247,9 @@ enum Windowed {
     AtStart { raw: RawDamage, stale: StaleLookup },
     /// A header of a newer version.
     Unsupported(DamageKind),
-    /// Anything else (a zero header with data after it, a file that changed length): the
-    /// segment is read whole and walked again, which judges it exactly as a scan of a map does.
+    /// Anything else (a file that changed length or failed a read, one too short for a
+    /// header, a footer index point a probe could not read): the segment is read whole and
+    /// walked again, which judges it exactly as a scan of a map does.
     /// Records below `visited_until` were visited.
     Redo { visited_until: u64 },
 }
@@ -279,19 +281,64 @@ fn classify_windowed(
         let mut src = SegmentReader::new(storage, f, window, buf)?;
         let stale = match stale {
             StaleLookup::Known(t) => t,
-            StaleLookup::Find(owner) => match scan::segment_len_of(src.file_len()) {
-                Some(len) => {
-                    let at = table_range(len);
-                    let win = src.window(at.start, at.end)?;
-                    win.get(at.start, at.end).and_then(|r| StaleTable::parse(r, len, owner)).map(Arc::new)
-                }
-                None => None,
-            },
+            StaleLookup::Find(owner) => find_table(&mut src, owner)?.map(|(_, t)| Arc::new(t)),
         };
         classify_in(&mut src, raw, later, stale.as_deref())
     })();
     storage.close(f);
     judged
+}
+
+/// A segment file whose header is all zero and which holds data, as [`scan::read_start_in`]
+/// judges it whole, read a window at a time: a spare made of a recycled file when its stale
+/// table checks out, every sector before the table is blank and its footer slot is zero;
+/// else damage at its start.
+fn zero_header(
+    storage: &dyn Storage,
+    f: FileId,
+    window: usize,
+    buf: &mut Vec<u8>,
+    expect: &Expect,
+) -> std::io::Result<Windowed> {
+    let mut src = SegmentReader::new(storage, f, window, buf)?;
+    let owner = scan::owner_of(expect);
+    let spare = recycled_spare(&mut src, window, owner)?;
+    Ok(match scan::zero_header_start(spare, src.file_len(), expect) {
+        Start::Spare { recycled } => Windowed::Spare { recycled },
+        Start::Damage(raw) => Windowed::AtStart { raw, stale: StaleLookup::Find(owner) },
+        // Never made of a zero header; judged whole if it were.
+        Start::Segment(_) | Start::Unsupported(_) => Windowed::Redo { visited_until: 0 },
+    })
+}
+
+/// The stale table of `owner`'s file read by `src`, if it holds one (as
+/// [`StaleTable::find`] finds it in the whole file).
+fn find_table(src: &mut SegmentReader<'_>, owner: Owner) -> std::io::Result<Option<(u32, StaleTable)>> {
+    let Some(len) = scan::segment_len_of(src.file_len()) else { return Ok(None) };
+    let at = table_range(len);
+    let win = src.window(at.start, at.end)?;
+    Ok(win.get(at.start, at.end).and_then(|r| StaleTable::parse(r, len, owner)).map(|t| (len, t)))
+}
+
+/// Is the file `src` reads a spare made of a recycled file (`scan::recycled_spare`): a valid
+/// stale table, every sector before it blank, a zero footer slot? Read a window at a time.
+fn recycled_spare(src: &mut SegmentReader<'_>, window: usize, owner: Owner) -> std::io::Result<bool> {
+    let Some((len, t)) = find_table(src, owner)? else { return Ok(false) };
+    // Past the written end every sector is zero, so blank (whole sectors: one the written end
+    // cuts is judged whole, its zeros after that end included).
+    let limit = crate::stale::table_offset(len).min(src.written().next_multiple_of(SECTOR));
+    let mut base = 0;
+    while base < limit {
+        let end = (base + window).min(limit);
+        let win = src.window(base, end)?;
+        if crate::stale::first_nonblank(Some(&t), win.get(base, end).unwrap_or_default(), base).is_some() {
+            return Ok(false);
+        }
+        base = end;
+    }
+    let (slot, file_len) = (footer_offset(len), src.file_len());
+    let win = src.window(slot, file_len)?;
+    Ok(win.get(slot, file_len).is_none_or(is_zero))
 }
 
 /// Walks segment `seq` through windows of about `window` bytes read into `buf` (one buffer,
@@ -342,7 +389,7 @@ fn walk_file(
     // Past it every byte is zero: not read (see `map_segment_written`).
     let written = written_within(storage, f, file_len)?;
     if written == 0 {
-        return Ok(Windowed::Spare);
+        return Ok(Windowed::Spare { recycled: false });
     }
     let window = window.next_multiple_of(READ_ALIGN).max(READ_ALIGN);
     let mut base = 0usize;
@@ -355,14 +402,18 @@ fn walk_file(
         return redo(None);
     }
     if is_zero(buf.get(..SEGMENT_HEADER_LEN).unwrap_or_default()) {
-        // A spare if every byte is zero; anything else is judged whole.
+        // A spare if every byte is zero; anything else is a recycled spare or damage.
         loop {
             if !is_zero(buf.get(..len).unwrap_or_default()) {
-                return redo(None);
+                return match zero_header(storage, f, window, buf, expect) {
+                    Ok(w) => Ok(w),
+                    // The file changed under the scan, or a read failed: judged whole.
+                    Err(_) => redo(None),
+                };
             }
             base += len;
             if base >= written {
-                return Ok(Windowed::Spare);
+                return Ok(Windowed::Spare { recycled: false });
             }
             len = window.min(file_len - base);
             if !fill(storage, f, buf, base, len)? {
@@ -651,12 +702,15 @@ pub fn scan_log_with(
                     out.absorb_walk(seq, header, &mut w);
                     continue;
                 }
-                Windowed::Spare => {
+                Windowed::Spare { recycled } => {
                     if later {
                         out.damage = Some(at_lsn(spare_before_data(seq), lsn_here));
                         break;
                     }
                     out.spares.push(seq);
+                    if recycled {
+                        out.recycled_spares.push(seq);
+                    }
                     continue;
                 }
                 Windowed::Unsupported(kind) => {
