@@ -147,8 +147,9 @@ impl Storage for ReadOnlyDir {
     }
 
     /// Reads the whole file with pread. A full scan reads segments in windows instead
-    /// ([`Storage::scan_window`]); this serves the rest (a damaged segment's classification, a
-    /// replay, the whole-file checks of an unusual file). Memory is what the file holds, not
+    /// ([`Storage::scan_window`]), and classifies damage through windows too; this serves the
+    /// rest (a replay, a segment that changed length during a scan, the whole-file checks of
+    /// an unusual file). Memory is what the file holds, not
     /// its length: a new buffer is a zeroed allocation whose pages stay untouched where the
     /// file reads as zero (read a window at a time and copied page by page, skipping zero
     /// pages; past the written end, [`Storage::written_end`], nothing is read at all). So a

@@ -31,7 +31,7 @@
 
 use crate::error::CrcVerdict;
 use crate::format::*;
-use crate::scan::{decode, RawDamage};
+use crate::scan::{decode_in, DecodeFail, RawDamage, Window};
 use crate::stale::{is_blank, StaleTable};
 use zerocopy::FromBytes;
 
@@ -84,64 +84,155 @@ pub fn decide(
     Some(CrcVerdict::CorruptTail)
 }
 
+/// A segment file's bytes at their offsets, as classifying damage reads them: held whole (a
+/// slice), or read a window at a time (`segment_read.rs`: a verifier's full scan, whose
+/// memory stays a window however long the segment is).
+pub trait SegmentBytes {
+    /// The file's length.
+    fn file_len(&self) -> usize;
+    /// Where the written bytes end: every byte from here on is zero.
+    fn written(&self) -> usize;
+    /// A window holding the file's bytes `from..to` (those the file has; perhaps more).
+    fn window(&mut self, from: usize, to: usize) -> std::io::Result<Window<'_>>;
+}
+
+impl SegmentBytes for &[u8] {
+    fn file_len(&self) -> usize {
+        self.len()
+    }
+    fn written(&self) -> usize {
+        self.len()
+    }
+    fn window(&mut self, _: usize, _: usize) -> std::io::Result<Window<'_>> {
+        Ok(Window::whole(self))
+    }
+}
+
 /// Is there a self-valid frame or footer at or after `from` whose `durable_seq` covers `seq`?
 /// (At `from` itself: bytes found after the end of the data start with the frame that follows
 /// the dropped one, and it can attest it.)
 pub fn attested_later(bytes: &[u8], from: u64, seq: u64) -> bool {
+    infallible(attested_later_in(&mut { bytes }, from, seq))
+}
+
+/// [`attested_later`] of any [`SegmentBytes`]. Headers past the written end are all zero: no
+/// frame or footer starts there, so the search stops at it.
+pub fn attested_later_in(src: &mut impl SegmentBytes, from: u64, seq: u64) -> std::io::Result<bool> {
+    let (len, written) = (src.file_len(), src.written().min(src.file_len()));
     let mut off = (from as usize).next_multiple_of(ALIGN);
-    while off + RECORD_HEADER_LEN <= bytes.len() {
-        let hb = bytes.get(off..off + RECORD_HEADER_LEN).unwrap_or_default();
+    while off + RECORD_HEADER_LEN <= len && off < written {
+        let win = src.window(off, off + RECORD_HEADER_LEN)?;
+        let hb = win.get(off, off + RECORD_HEADER_LEN).unwrap_or_default();
         // Fast reject: the kind byte must be a frame or footer.
         let kind = hb.get(8).copied().unwrap_or(0);
         if (kind == Kind::Frame as u8 || kind == Kind::Footer as u8) && !is_zero(hb) {
-            if let Ok(d) = decode(bytes, off, bytes.len()) {
-                let durable = match d.kind {
-                    Kind::Frame => FramePayload::read_from_bytes(d.payload).ok().map(|f| f.durable_seq.get()),
-                    Kind::Footer => d.header.seq.get().checked_sub(1),
-                    _ => None,
-                };
-                if durable.is_some_and(|ds| ds >= seq) && d.header.seq.get() > seq {
-                    return true;
+            // As `decode(bytes, off, len)` of the whole file: a window that lacks the record's
+            // bytes is widened to them (a frame or footer is short), up to the file's end.
+            let mut need = off + RECORD_HEADER_LEN;
+            let durable = loop {
+                let win = src.window(off, need)?;
+                match durable_at(&win, off, len) {
+                    Err(n) if n > need && !win.covers(n) => need = n,
+                    Err(_) => break None,
+                    Ok(d) => break d,
                 }
+            };
+            if durable.is_some_and(|(ds, s)| ds >= seq && s > seq) {
+                return Ok(true);
             }
         }
         off += ALIGN;
     }
-    false
+    Ok(false)
+}
+
+/// The `durable_seq` a self-valid frame or footer at `off` declares, with its own sequence
+/// (`Ok(None)`: no such record there); `Err(end)` when the window lacks the bytes up to `end`.
+fn durable_at(win: &Window<'_>, off: usize, limit: usize) -> Result<Option<(u64, u64)>, usize> {
+    let d = match decode_in(win, off, limit) {
+        Ok(d) => d,
+        Err(DecodeFail::More(n)) => return Err(n),
+        Err(DecodeFail::Bad(_)) => return Ok(None),
+    };
+    let durable = match d.kind {
+        Kind::Frame => FramePayload::read_from_bytes(d.payload).ok().map(|f| f.durable_seq.get()),
+        Kind::Footer => d.header.seq.get().checked_sub(1),
+        _ => None,
+    };
+    Ok(durable.map(|ds| (ds, d.header.seq.get())))
 }
 
 /// Is an all-zero sector inside `[start, end)` (whole sectors of the file only)?
 pub fn zero_sector_in(bytes: &[u8], start: u64, end: u64) -> bool {
-    let first = start as usize / SECTOR;
-    let last = (end as usize).div_ceil(SECTOR);
-    (first..last).any(|s| bytes.get(s * SECTOR..(s + 1) * SECTOR).is_some_and(is_zero))
+    blank_sector_in(bytes, start, end, None)
 }
 
 /// Is a blank sector (all zero, or in a recycled segment its old contents: [`crate::stale`])
 /// inside `[start, end)` (whole sectors of the file only)?
 pub fn blank_sector_in(bytes: &[u8], start: u64, end: u64, stale: Option<&StaleTable>) -> bool {
-    let Some(t) = stale else { return zero_sector_in(bytes, start, end) };
+    infallible(blank_sector_in_src(&mut { bytes }, start, end, stale))
+}
+
+/// [`blank_sector_in`] of any [`SegmentBytes`], a sector at a time.
+fn blank_sector_in_src(
+    src: &mut impl SegmentBytes,
+    start: u64,
+    end: u64,
+    stale: Option<&StaleTable>,
+) -> std::io::Result<bool> {
     let first = start as usize / SECTOR;
     let last = (end as usize).div_ceil(SECTOR);
-    (first..last)
-        .any(|s| bytes.get(s * SECTOR..(s + 1) * SECTOR).is_some_and(|b| is_blank(Some(t), s * SECTOR, b)))
+    for s in first..last {
+        if blank_sector(src, s * SECTOR, stale)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Is the whole sector at `at` in the file and blank (all zero without a stale table)?
+fn blank_sector(src: &mut impl SegmentBytes, at: usize, stale: Option<&StaleTable>) -> std::io::Result<bool> {
+    let win = src.window(at, at + SECTOR)?;
+    Ok(win.get(at, at + SECTOR).is_some_and(|b| match stale {
+        Some(t) => is_blank(Some(t), at, b),
+        None => is_zero(b),
+    }))
+}
+
+/// A slice's windows never fail.
+fn infallible<T>(r: std::io::Result<T>) -> T {
+    r.unwrap_or_else(|_| unreachable!("a slice's windows never fail"))
 }
 
 /// Classifies raw damage in a segment's bytes; `later_segment` says a later segment holds data;
 /// `stale` is the segment's stale table if it was recycled ([`crate::scan::stale_of`]).
 pub fn classify(bytes: &[u8], d: &RawDamage, later_segment: bool, stale: Option<&StaleTable>) -> CrcVerdict {
+    infallible(classify_in(&mut { bytes }, d, later_segment, stale))
+}
+
+/// [`classify`] of any [`SegmentBytes`]: it reads the damaged record's torn span, the sector
+/// the damage starts in, and (a window at a time) the rest of the file for a later frame.
+pub fn classify_in(
+    src: &mut impl SegmentBytes,
+    d: &RawDamage,
+    later_segment: bool,
+    stale: Option<&StaleTable>,
+) -> std::io::Result<CrcVerdict> {
     // A cut starts at the damaged batch's start: a later durable_seq that covers any of the
     // batch (its frame, written with the rest in one write) says a sync covered all of it.
-    let attested = later_segment || attested_later(bytes, d.offset, d.batch_seq);
-    let blank = d.torn_span.is_some_and(|(from, to)| blank_sector_in(bytes, from, to, stale));
+    let attested = later_segment || attested_later_in(src, d.offset, d.batch_seq)?;
+    let blank = match d.torn_span {
+        Some((from, to)) => blank_sector_in_src(src, from, to, stale)?,
+        None => false,
+    };
     // A record that checks out but breaks a rule is no torn write's doing where a dropped sector
     // reads as zero. In a recycled segment it reads as old contents, which can hold a whole
     // record of the file's earlier life: one that starts in a sector of old contents is what a
     // crash dropped there.
     let at = d.offset as usize - d.offset as usize % SECTOR;
-    let old = stale.is_some() && bytes.get(at..at + SECTOR).is_some_and(|b| is_blank(stale, at, b));
+    let old = stale.is_some() && blank_sector(src, at, stale)?;
     let semantic = d.semantic && !old;
-    decide(d.header_ok, d.body_ok && !old, semantic, attested, blank).unwrap_or(CrcVerdict::Corrupt)
+    Ok(decide(d.header_ok, d.body_ok && !old, semantic, attested, blank).unwrap_or(CrcVerdict::Corrupt))
 }
 
 #[cfg(test)]

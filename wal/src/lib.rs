@@ -62,6 +62,7 @@ pub mod recovery;
 mod recycle;
 pub mod replay;
 pub mod scan;
+mod segment_read;
 pub mod stale;
 pub mod state;
 pub mod storage;

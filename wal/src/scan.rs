@@ -142,13 +142,13 @@ impl<'a> Window<'a> {
     /// Whether the bytes up to `end` can be judged from this window: it holds them, or it
     /// reaches the end of the file (so whatever it lacks, the file lacks too).
     #[inline]
-    fn covers(&self, end: usize) -> bool {
+    pub(crate) fn covers(&self, end: usize) -> bool {
         end <= self.end() || self.end() >= self.file_len
     }
 
     /// The file's bytes `start..end`, if the window holds them.
     #[inline]
-    fn get(&self, start: usize, end: usize) -> Option<&'a [u8]> {
+    pub(crate) fn get(&self, start: usize, end: usize) -> Option<&'a [u8]> {
         self.bytes.get(start.checked_sub(self.base)?..end.checked_sub(self.base)?)
     }
 }
@@ -222,23 +222,29 @@ pub fn stale_of(
     }
     let owner = header.map_or(owner, Owner::of);
     let table = segment_len_of(bytes.len()).and_then(|len| StaleTable::find(bytes, len, owner));
-    if table.is_none() && recycled {
-        let at = header.map_or(0, |h| crate::stale::table_offset(h.segment_len.get())) as u64;
-        return Err(RawDamage {
-            kind: DamageKind::BadSegmentHeader("recycled, without a valid stale table"),
-            offset: at,
-            batch_start: at,
-            torn_span: None,
-            header_ok: true,
-            body_ok: true,
-            semantic: true,
-            seq: header.map_or(0, |h| h.first_record_seq.get()),
-            batch_seq: header.map_or(0, |h| h.first_record_seq.get()),
-            lsn: 0,
-            batch_lsn: 0,
-        });
+    match (table, header) {
+        (None, Some(h)) if recycled => Err(bad_stale_table(h)),
+        (table, _) => Ok(table),
     }
-    Ok(table)
+}
+
+/// The damage of a segment whose header says it was recycled and whose stale table does not
+/// check out.
+pub(crate) fn bad_stale_table(h: &SegmentHeader) -> RawDamage {
+    let at = crate::stale::table_offset(h.segment_len.get()) as u64;
+    RawDamage {
+        kind: DamageKind::BadSegmentHeader("recycled, without a valid stale table"),
+        offset: at,
+        batch_start: at,
+        torn_span: None,
+        header_ok: true,
+        body_ok: true,
+        semantic: true,
+        seq: h.first_record_seq.get(),
+        batch_seq: h.first_record_seq.get(),
+        lsn: 0,
+        batch_lsn: 0,
+    }
 }
 
 /// Reads and checks a segment header.
@@ -246,27 +252,46 @@ pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
     read_start_in(bytes, bytes.len(), expect)
 }
 
+/// What a file of `file_len` bytes whose header is all zero, and which is not all zero, is:
+/// a spare made of a recycled file (`recycled_spare`: see [`recycled_spare`]), else damage.
+pub(crate) fn zero_header_start(recycled_spare: bool, file_len: usize, expect: &Expect) -> Start {
+    if recycled_spare {
+        return Start::Spare { recycled: true };
+    }
+    start_damage(DamageKind::ZeroHeader, false, false, file_len, expect)
+}
+
+/// Damage in the segment header of a file of `file_len` bytes.
+fn start_damage(
+    kind: DamageKind,
+    semantic: bool,
+    header_ok: bool,
+    file_len: usize,
+    expect: &Expect,
+) -> Start {
+    Start::Damage(RawDamage {
+        kind,
+        offset: 0,
+        batch_start: 0,
+        // The header is written with the segment's first batch into sector 0: a header that
+        // does not check out is torn only when that whole sector is blank (dropped).
+        torn_span: (!header_ok && file_len >= SECTOR).then_some((0, SEGMENT_HEADER_LEN as u64)),
+        header_ok,
+        body_ok: false,
+        semantic,
+        seq: expect.first_record_seq.unwrap_or(0),
+        batch_seq: expect.first_record_seq.unwrap_or(0),
+        lsn: 0,
+        batch_lsn: 0,
+    })
+}
+
 /// [`read_start`] for a file of `file_len` bytes of which `bytes` are the first. Unless `bytes`
 /// is the whole file, it must hold a segment header that is not all zero, or every byte of the
 /// file past it must be zero (a spare is judged on the whole file).
 pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> Start {
-    let damage = |kind, semantic: bool, header_ok: bool| {
-        Start::Damage(RawDamage {
-            kind,
-            offset: 0,
-            batch_start: 0,
-            // The header is written with the segment's first batch into sector 0: a header that
-            // does not check out is torn only when that whole sector is blank (dropped).
-            torn_span: (!header_ok && file_len >= SECTOR).then_some((0, SEGMENT_HEADER_LEN as u64)),
-            header_ok,
-            body_ok: false,
-            semantic,
-            seq: expect.first_record_seq.unwrap_or(0),
-            batch_seq: expect.first_record_seq.unwrap_or(0),
-            lsn: 0,
-            batch_lsn: 0,
-        })
-    };
+    let damage =
+        |kind, semantic: bool, header_ok: bool| start_damage(kind, semantic, header_ok, file_len, expect);
     let Some(hb) = bytes.get(..SEGMENT_HEADER_LEN) else {
         if is_zero(bytes) {
             return Start::Spare { recycled: false };
@@ -277,10 +302,7 @@ pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> S
         if is_zero(bytes) {
             return Start::Spare { recycled: false };
         }
-        if recycled_spare(bytes, file_len, owner_of(expect)) {
-            return Start::Spare { recycled: true };
-        }
-        return damage(DamageKind::ZeroHeader, false, false);
+        return zero_header_start(recycled_spare(bytes, file_len, owner_of(expect)), file_len, expect);
     }
     let Ok(h) = SegmentHeader::read_from_bytes(hb) else {
         return damage(DamageKind::BadSegmentHeader("unreadable"), false, false);
