@@ -39,8 +39,10 @@
 //! replication section).
 
 pub mod check;
+pub mod claims;
 pub mod client;
 mod codec;
+pub mod fence;
 mod log_store;
 pub mod net;
 pub mod node;
@@ -48,30 +50,45 @@ mod state_machine;
 mod verify;
 mod writer;
 
+pub use claims::Claim;
 pub use codec::{
     decode_entry, encode_entry, COMMITTED_META_KEY, ENTRY_ENCODING_VERSION, PURGED_META_KEY, VOTE_META_KEY,
 };
 pub use log_store::{log_options, IoStats, IoStatsHandle, LogReader, LogStore};
-pub use state_machine::{SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE};
+pub use state_machine::{
+    ClaimConfig, SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE,
+};
 pub use verify::{start_role, Checkpointer, StartRole, StateVerdict};
 
 use serde::{Deserialize, Serialize};
 
-/// Application data of a normal Raft entry: the apply seam's entry bytes (the 16-byte
-/// envelope of FORMAT.md 10.1 followed by the state machine's command).
+/// Application data of a normal Raft entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Request(pub Vec<u8>);
+pub enum Request {
+    /// The apply seam's entry bytes (the 16-byte envelope of FORMAT.md 10.1 followed by the
+    /// state machine's command).
+    Command(Vec<u8>),
+    /// A node's digest claim ([`claims`]): compared by every node, applied to no state.
+    Claim(Claim),
+}
 
 impl Request {
     /// A catalog command as a Raft request (a command entry, with an optional request id).
     pub fn command(cmd: &catalog::Command, request_id: Option<u64>) -> Request {
-        Request(wal::state::Envelope::encode(wal::state::EntryKind::Command, request_id, &cmd.encode()))
+        Request::Command(wal::state::Envelope::encode(
+            wal::state::EntryKind::Command,
+            request_id,
+            &cmd.encode(),
+        ))
     }
 }
 
 impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "request of {} bytes", self.0.len())
+        match self {
+            Request::Command(b) => write!(f, "request of {} bytes", b.len()),
+            Request::Claim(c) => write!(f, "node {}'s digest claim after index {}", c.node, c.index),
+        }
     }
 }
 
@@ -90,6 +107,8 @@ pub enum Response {
     Blank,
     /// A membership entry was applied.
     Membership,
+    /// A digest claim was counted (it changes no state).
+    Claim,
 }
 
 openraft::declare_raft_types!(

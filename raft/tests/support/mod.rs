@@ -232,6 +232,55 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The claim interval the nodes run with (`--checkpoint-every`).
+    pub fn claim_every(&self) -> u64 {
+        let at = self.extra.iter().position(|e| e == "--checkpoint-every");
+        at.and_then(|i| self.extra.get(i + 1)).map_or(8, |v| v.parse().unwrap())
+    }
+
+    /// Every node in `ids` (all running) compares digests and none is fenced: after twice the
+    /// claim interval of writes, each one had its digest confirmed by a majority's claims at a
+    /// claim index it had not reached before (so the comparison ran after whatever the test did
+    /// to it, and found nothing), none saw claims disagree, none fenced itself.
+    pub async fn none_fenced(&self, ids: &[u64]) {
+        let mut before = Vec::new();
+        for id in ids {
+            let m = self.metrics(*id).await.unwrap_or_else(|| panic!("node {id} did not answer metrics"));
+            before.push(m.claims.confirmed);
+        }
+        let c = self.client(ids);
+        let tag = self.metrics(ids[0]).await.and_then(|m| m.last_applied).unwrap_or(0);
+        for i in 0..2 * self.claim_every() {
+            let r = c.write(&create(&format!("probe-{tag}-{i}"))).await;
+            assert!(created_id(&r).is_some(), "{r:?}");
+        }
+        let t = Instant::now();
+        for (id, confirmed) in ids.iter().zip(before) {
+            let m = loop {
+                let m = self.metrics(*id).await;
+                if m.as_ref().is_some_and(|m| m.claims.confirmed > confirmed || m.fenced.is_some())
+                    || t.elapsed() > WAIT
+                {
+                    break m;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            let m = m.unwrap_or_else(|| panic!("node {id} did not answer metrics"));
+            assert_eq!(m.fenced, None, "node {id} fenced itself in a healthy run\n{}", self.outputs(ids));
+            assert!(
+                m.claims.confirmed > confirmed,
+                "node {id} had no claim confirmed after {} writes: {:?}\n{}",
+                2 * self.claim_every(),
+                m.claims,
+                self.outputs(ids)
+            );
+            assert_eq!(m.claims.split, 0, "node {id} saw claims disagree: {:?}", m.claims);
+            assert!(!self.data(*id).join(wal_raft::fence::FENCE_FILE).exists());
+        }
+    }
+}
+
 pub fn create(name: &str) -> catalog::Command {
     catalog::Command::Create {
         parent: None,
