@@ -89,6 +89,9 @@ pub struct NodeCheck {
     pub last: Option<u64>,
     pub digest: Option<String>,
     pub entities: Option<u64>,
+    /// The node fenced itself while it ran (the first line of its `FENCED` file): its log may
+    /// still be intact (a divergence in memory), which the state verdict says.
+    pub fenced: Option<String>,
 }
 
 impl NodeCheck {
@@ -113,6 +116,13 @@ impl NodeCheck {
             State::Divergent(w) | State::Unsupported(w) | State::NotChecked(w) => {
                 let _ = write!(s, "\n  {}: {w}", self.state.word());
             }
+        }
+        if let Some(f) = &self.fenced {
+            let _ = write!(
+                s,
+                "\n  FENCED (the node fenced itself while running; {}): {f}",
+                crate::fence::FENCE_FILE
+            );
         }
         if let (Some(d), Some(n)) = (&self.digest, self.entities) {
             let _ = write!(s, "\n  digest {d} over {n} entities");
@@ -250,6 +260,7 @@ pub fn check(dir: &Path) -> NodeCheck {
         last: None,
         digest: None,
         entities: None,
+        fenced: crate::fence::read(dir).ok().flatten(),
     };
     if crc_code > 1 {
         out.state = State::NotChecked(format!("the log is {crc}: replay after repair"));

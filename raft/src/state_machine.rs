@@ -363,7 +363,7 @@ impl StateMachineStore {
             ClaimOutcome::Split { index, claims } => {
                 o.cfg.stats.split();
                 eprintln!(
-                    "walraft-node {node}: DIGEST CLAIMS DISAGREE at index {index} and no digest has a majority of the voters ({claims}); not fencing on it"
+                    "walraft-node {node}: DIGEST CLAIMS DISAGREE at index {index} ({claims}): no digest has a majority of the voters so far; a node fences itself only when a majority agrees on a digest other than its own"
                 );
             }
             ClaimOutcome::Diverged(d) => {
