@@ -32,11 +32,15 @@
 //!
 //! - [`LogStore::open_verified`] replays the log after the snapshot through the same apply
 //!   function and compares the checkpoints the state machine recorded
-//!   ([`StateMachineStore::with_checkpoints`]): CLEAN or DIVERGENT; [`start_role`] refuses to
-//!   start a DIVERGENT node (it must not vote or lead), saying why.
+//!   ([`StateMachineStore::with_checkpoints`]) and the digests a majority of the voters claimed
+//!   ([`claims`]): CLEAN or DIVERGENT; [`start_role`] refuses to start a DIVERGENT node (it
+//!   must not vote or lead), saying why.
+//! - [`claims`]: the replicas compare their state digests while they run. At every claim index
+//!   each voter's digest goes into the replicated log as a claim entry; a node whose digest a
+//!   majority of the voters contradicts fences itself ([`fence`]).
 //!
-//! What this milestone does not do yet: a node binary and network (see the README's
-//! replication section).
+//! The node (binary `walraft-node`, [`node`], [`net`], [`client`]) and the offline checks
+//! ([`check`]) are described in the README's replication section.
 
 pub mod check;
 pub mod claims;
