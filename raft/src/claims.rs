@@ -297,7 +297,9 @@ impl Tally {
 
     /// Forgets the claims for indexes below `index`.
     pub fn forget_below(&mut self, index: u64) {
-        self.by_index = self.by_index.split_off(&index);
+        if self.by_index.first_key_value().is_some_and(|(i, _)| *i < index) {
+            self.by_index = self.by_index.split_off(&index);
+        }
     }
 }
 
@@ -367,7 +369,10 @@ impl Comparer {
     /// Records this node's digest after applying claim index `index` (`lsn`: the last command
     /// applied at or below it); forgets own digests too far behind to be claimed against.
     pub fn own(&mut self, index: u64, cp: Checkpoint, lsn: Option<u64>) {
-        self.own = self.own.split_off(&index.saturating_sub(2 * CLAIM_MAX_LAG));
+        let keep = index.saturating_sub(2 * CLAIM_MAX_LAG);
+        if self.own.first_key_value().is_some_and(|(i, _)| *i < keep) {
+            self.own = self.own.split_off(&keep);
+        }
         self.own.insert(index, (cp, lsn));
     }
 
@@ -645,6 +650,14 @@ mod tests {
         for (n, t) in [(1, 5), (2, 6), (3, 7)] {
             assert!(!matches!(c.claim(&claim(n, 16, t), 20 + n, &v), Outcome::Diverged(_)));
         }
+
+        // Own digests are kept for twice the claims' lag, no longer.
+        let mut c = Comparer::new(2);
+        c.own(8, cp(5), None);
+        c.own(8 + 2 * CLAIM_MAX_LAG, cp(6), None);
+        assert_eq!(c.own_at(8), Some(cp(5)));
+        c.own(16 + 2 * CLAIM_MAX_LAG, cp(7), None);
+        assert_eq!((c.own_at(8), c.own_at(8 + 2 * CLAIM_MAX_LAG)), (None, Some(cp(6))));
 
         // Installed a snapshot past it: nothing to compare.
         let mut c = Comparer::new(2);

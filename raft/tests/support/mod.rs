@@ -254,6 +254,22 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// No node among `ids` has seen digest claims disagree since it started (replays of the
+    /// log included): what a run without any fault in the state must show.
+    pub async fn no_claims_disagreed(&self, ids: &[u64]) {
+        for id in ids {
+            let m = self.metrics(*id).await.unwrap_or_else(|| panic!("node {id} did not answer metrics"));
+            assert_eq!(
+                m.claims.split,
+                0,
+                "node {id} saw claims disagree: {:?}\n{}",
+                m.claims,
+                self.outputs(ids)
+            );
+            assert!(!self.output(*id).contains("DIGEST CLAIMS DISAGREE"), "node {id}\n{}", self.outputs(ids));
+        }
+    }
+
     /// The claim interval the nodes run with (`--checkpoint-every`).
     pub fn claim_every(&self) -> u64 {
         let at = self.extra.iter().position(|e| e == "--checkpoint-every");
