@@ -81,6 +81,10 @@ struct RunArgs {
     /// Accept the test-only faults: the partition switch, altering the state in memory.
     #[arg(long)]
     allow_faults: bool,
+    /// Test only (needs --allow-faults): openraft's leader restore back on, the unsafe
+    /// configuration the double-kill test's negative control runs.
+    #[arg(long, hide = true, requires = "allow_faults")]
+    unsafe_leader_restore: bool,
     #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
     #[arg(long, default_value_t = 400)]
@@ -212,6 +216,7 @@ async fn run(a: RunArgs) -> i32 {
     let mut cfg = NodeConfig::new(a.id, a.listen, peers, a.data);
     cfg.initialize = a.initialize;
     cfg.allow_faults = a.allow_faults;
+    cfg.unsafe_leader_restore = a.unsafe_leader_restore;
     cfg.heartbeat_ms = a.heartbeat_ms;
     cfg.election_min_ms = a.election_min_ms;
     cfg.election_max_ms = a.election_max_ms;
@@ -222,6 +227,9 @@ async fn run(a: RunArgs) -> i32 {
     cfg.max_frame_bytes = a.max_frame_bytes;
     let id = cfg.id;
     let data = cfg.data_dir.clone();
+    if cfg.unsafe_leader_restore {
+        eprintln!("walraft-node {id}: UNSAFE test configuration: openraft's leader restore is on (issue 21, finding 1)");
+    }
     let node = match start(cfg).await {
         Ok(Started::Running(n)) => n,
         Ok(Started::Refused { why }) => {

@@ -50,6 +50,10 @@ pub struct NodeConfig {
     pub initialize: bool,
     /// Accept the test-only partition switch.
     pub allow_faults: bool,
+    /// Test only, and only with `allow_faults`: turn openraft's leader restore back on (the
+    /// unsafe configuration of issue 21, finding 1), so the double-kill test can show that it
+    /// still catches the loss it was written for. Never set it on a real node.
+    pub unsafe_leader_restore: bool,
     pub heartbeat_ms: u64,
     pub election_min_ms: u64,
     pub election_max_ms: u64,
@@ -81,6 +85,7 @@ impl NodeConfig {
             data_dir,
             initialize: false,
             allow_faults: false,
+            unsafe_leader_restore: false,
             heartbeat_ms: 100,
             election_min_ms: 400,
             election_max_ms: 800,
@@ -109,7 +114,7 @@ impl NodeConfig {
             // in a new term. Its log may have lost entries it had already shipped (they are
             // served to followers before they are durable here); leading the same term again
             // would give their log ids to other entries. docs/replication-safety.md.
-            enable_leader_restore: Some(false),
+            enable_leader_restore: Some(self.allow_faults && self.unsafe_leader_restore),
             ..Config::default()
         };
         c.validate().map(Arc::new).map_err(|e| io::Error::other(format!("raft config: {e}")))
@@ -239,5 +244,16 @@ mod tests {
         let raft = cfg.raft_config().unwrap();
         assert_eq!(raft.enable_leader_restore, Some(false));
         assert_eq!(raft.enable_pre_vote, Some(true));
+    }
+
+    /// The negative control's switch works only together with the fault switches: a node
+    /// configured with it alone still never restores a leader.
+    #[test]
+    fn the_unsafe_leader_restore_needs_the_fault_switches() {
+        let mut cfg = NodeConfig::new(1, "127.0.0.1:0".into(), BTreeMap::new(), PathBuf::from("unused"));
+        cfg.unsafe_leader_restore = true;
+        assert_eq!(cfg.raft_config().unwrap().enable_leader_restore, Some(false));
+        cfg.allow_faults = true;
+        assert_eq!(cfg.raft_config().unwrap().enable_leader_restore, Some(true));
     }
 }
