@@ -10,21 +10,27 @@
 //! - the CRC verdict is `verifier::verify` on `DIR/log`, unchanged (the log format is ours);
 //! - the state verdict replays the log with `wal::state::Replayer` (the replay-and-compare core
 //!   the pipeline and walcheck use) from the node's snapshot file (`DIR/sm/raft-snapshot`),
-//!   feeding it the command bytes of each normal entry and every checkpoint record the node's
-//!   state machine wrote: CLEAN, DIVERGENT (where) or UNSUPPORTED_VERSION;
+//!   feeding it the command bytes of each command entry and every checkpoint record the node's
+//!   state machine wrote, and compares the replayed state with every digest a majority of the
+//!   voters claimed in the log (`claims.rs`) after an index past the snapshot: CLEAN,
+//!   DIVERGENT (where, with both digests) or UNSUPPORTED_VERSION. The claims are what make a
+//!   replica whose log differs from the others' DIVERGENT: its own checkpoints agree with its
+//!   own log;
 //! - `compare` reads several nodes' logs in lockstep with `verifier::compare::lockstep` (the
 //!   loop `walcheck compare` uses): the same entry bytes (log id, payload) at every index all of
 //!   them hold, and the same state digest at the highest common index.
 
+use crate::claims::{Mismatch, Replayed};
 use crate::codec::decode_entry;
 use crate::state_machine::read_snapshot_file;
+use crate::Request;
 use catalog::Catalog;
 use openraft::EntryPayload;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wal::replay::{ItemKind, Replay};
-use wal::state::{Applier, Replayer};
+use wal::state::{Applier, Replayer, CHECKPOINT_MAX_LAG};
 use wal::{Bound, Epoch, Lsn, Options, RecoveryMode, Wal};
 
 /// walcheck's exit code for DIVERGENT.
@@ -37,7 +43,15 @@ pub const EXIT_IO_ERROR: i32 = 5;
 /// The state verdict of one node's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum State {
-    Clean { checkpoints: u64, through: Option<u64>, unchecked: u64 },
+    /// `claims`: digests a majority of the voters claimed that the replay reached, the
+    /// highest at `claims_through`.
+    Clean {
+        checkpoints: u64,
+        through: Option<u64>,
+        unchecked: u64,
+        claims: u64,
+        claims_through: Option<u64>,
+    },
     Divergent(String),
     Unsupported(String),
     NotChecked(String),
@@ -75,6 +89,9 @@ pub struct NodeCheck {
     pub last: Option<u64>,
     pub digest: Option<String>,
     pub entities: Option<u64>,
+    /// The node fenced itself while it ran (the first line of its `FENCED` file): its log may
+    /// still be intact (a divergence in memory), which the state verdict says.
+    pub fenced: Option<String>,
 }
 
 impl NodeCheck {
@@ -86,18 +103,26 @@ impl NodeCheck {
     pub fn summary(&self) -> String {
         let mut s = format!("{}  CRC {}  STATE {}", self.dir.display(), self.crc, self.state.word());
         match &self.state {
-            State::Clean { checkpoints, through, unchecked } => {
+            State::Clean { checkpoints, through, unchecked, claims, claims_through } => {
                 let _ = write!(
                     s,
-                    "\n  CLEAN replayed through index {} from {}; {checkpoints} checkpoints verified{}; {unchecked} entries after the last one not cross-checked",
+                    "\n  CLEAN replayed through index {} from {}; {checkpoints} checkpoints verified{}; {unchecked} entries after the last one not cross-checked; {claims} majority digest claims verified{}",
                     self.last.map_or("-".into(), |l| l.to_string()),
                     self.base.map_or("the start".into(), |b| format!("the snapshot at {b}")),
                     through.map_or(String::new(), |t| format!(" through {t}")),
+                    claims_through.map_or(String::new(), |t| format!(" through {t}")),
                 );
             }
             State::Divergent(w) | State::Unsupported(w) | State::NotChecked(w) => {
                 let _ = write!(s, "\n  {}: {w}", self.state.word());
             }
+        }
+        if let Some(f) = &self.fenced {
+            let _ = write!(
+                s,
+                "\n  FENCED (the node fenced itself while running; {}): {f}",
+                crate::fence::FENCE_FILE
+            );
         }
         if let (Some(d), Some(n)) = (&self.digest, self.entities) {
             let _ = write!(s, "\n  digest {d} over {n} entities");
@@ -114,6 +139,8 @@ fn hex(b: &[u8]) -> String {
 struct Opened {
     wal: Wal,
     base: Option<u64>,
+    /// The membership at the snapshot (the voters claims are counted against).
+    membership: crate::Membership,
     /// The snapshot's state (or a fresh one); taken by the one walk over this log.
     applier: Option<Applier<Catalog>>,
 }
@@ -131,30 +158,42 @@ fn open(dir: &Path) -> Result<Opened, String> {
         .map_err(|e| format!("{}: {e}", log_dir.display()))?;
     let snap =
         read_snapshot_file(&dir.join("sm")).map_err(|e| format!("{}: {e}", dir.join("sm").display()))?;
-    let (base, applier) = match snap {
-        Some((meta, applier)) => (meta.last_log_id.map(|l| l.index), applier),
-        None => (None, Applier::new(Catalog::new(), crate::DEDUPE_WINDOW)),
+    let (base, membership, applier) = match snap {
+        Some((meta, applier)) => {
+            (meta.last_log_id.map(|l| l.index), meta.last_membership.membership().clone(), applier)
+        }
+        None => (None, crate::Membership::default(), Applier::new(Catalog::new(), crate::DEDUPE_WINDOW)),
     };
     if wal.prefix_purged() && base.is_none() {
         return Err("the log's prefix was purged and there is no snapshot file to start from".into());
     }
-    Ok(Opened { wal, base, applier: Some(applier) })
+    Ok(Opened { wal, base, membership, applier: Some(applier) })
 }
 
-/// Walks one node's log: every live entry, the normal ones after the base fed to the replayer.
+/// Walks one node's log: every live entry, the commands after the base fed to the replayer,
+/// the claims to the comparison with the replayed states.
 struct Walk {
     replay: Replay,
     rp: Replayer<Catalog>,
     prev: Option<u64>,
     /// The snapshot's last index: the first entry must come at or before the one after it.
     base: Option<u64>,
+    claims: Replayed,
+    /// The first majority-agreed claim the replay did not reproduce.
+    mismatch: Option<Box<Mismatch>>,
 }
 
 impl Walk {
     fn new(o: &mut Opened) -> Result<Walk, String> {
         let replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
         let applier = o.applier.take().ok_or("internal: a log walked twice")?;
-        Ok(Walk { replay, rp: Replayer::new(applier), prev: None, base: o.base })
+        let claims = Replayed::new(o.base, applier.checkpoint(), &o.membership, CHECKPOINT_MAX_LAG as usize);
+        Ok(Walk { replay, rp: Replayer::new(applier), prev: None, base: o.base, claims, mismatch: None })
+    }
+
+    /// Replay stopped: a checkpoint or a claim it does not reproduce, or an unknown version.
+    fn stopped(&self) -> bool {
+        self.rp.report().stopped() || self.mismatch.is_some()
     }
 
     /// The next entry at or below `end` (index, raw payload); `None` past it or at the end.
@@ -182,8 +221,19 @@ impl Walk {
                     }
                     self.prev = Some(lsn);
                     let e = decode_entry(lsn, item.payload).map_err(|e| e.to_string())?;
-                    if let EntryPayload::Normal(req) = &e.payload {
-                        self.rp.entry(Lsn(lsn), Epoch(0), &req.0);
+                    let stopped = self.rp.report().stopped() || self.mismatch.is_some();
+                    match &e.payload {
+                        EntryPayload::Normal(Request::Command(bytes)) => {
+                            self.rp.entry(Lsn(lsn), Epoch(0), bytes);
+                            if self.base.is_none_or(|b| lsn > b) && !self.rp.report().stopped() {
+                                self.claims.history.push(lsn, self.rp.applier().checkpoint());
+                            }
+                        }
+                        EntryPayload::Normal(Request::Claim(c)) if !stopped => {
+                            self.mismatch = self.claims.claim(c, lsn).err();
+                        }
+                        EntryPayload::Membership(m) => self.claims.membership(m),
+                        _ => {}
                     }
                     return Ok(Some((lsn, item.payload.to_vec())));
                 }
@@ -210,6 +260,7 @@ pub fn check(dir: &Path) -> NodeCheck {
         last: None,
         digest: None,
         entities: None,
+        fenced: crate::fence::read(dir).ok().flatten(),
     };
     if crc_code > 1 {
         out.state = State::NotChecked(format!("the log is {crc}: replay after repair"));
@@ -232,7 +283,7 @@ pub fn check(dir: &Path) -> NodeCheck {
     };
     for _ in 0..u64::MAX {
         match walk.next(None) {
-            Ok(Some(_)) if walk.rp.report().stopped() => break,
+            Ok(Some(_)) if walk.stopped() => break,
             Ok(Some(_)) => {}
             Ok(None) => break,
             Err(e) => {
@@ -241,8 +292,18 @@ pub fn check(dir: &Path) -> NodeCheck {
             }
         }
     }
+    let mismatch = walk.mismatch.take();
+    let (verified, claims_through) = (walk.claims.verified, walk.claims.through);
     let (applier, report) = walk.rp.finish();
-    out.state = if let Some(d) = report.divergence {
+    out.state = if let Some(m) = mismatch {
+        State::Divergent(format!(
+            "at index {}: the replayed digest is {}, the majority's {}: {}",
+            m.index,
+            hex(&m.replayed.digest),
+            hex(&m.majority.digest),
+            m.why
+        ))
+    } else if let Some(d) = report.divergence {
         State::Divergent(format!(
             "at index {} (last good {}): {}",
             d.lsn,
@@ -256,6 +317,8 @@ pub fn check(dir: &Path) -> NodeCheck {
             checkpoints: report.checkpoints_checked,
             through: report.verified_through.map(|l| l.0),
             unchecked: report.unchecked_entries,
+            claims: verified,
+            claims_through,
         }
     };
     let cp = applier.checkpoint();

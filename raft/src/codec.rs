@@ -5,15 +5,34 @@
 //!
 //! ```text
 //! 0  u8   raft entry encoding version = 1
-//! 1  u8   kind: 0 blank, 1 normal (application data), 2 membership
+//! 1  u8   kind: 0 blank, 1 normal (application data), 2 membership, 3 digest claim
 //! 2  u32  n: length of the JSON header that follows (little-endian)
 //! 6  [n]  JSON header: the log id (term, leader node, index) and, for kind 2, the membership
-//! …       kind 1 only: the application bytes (the apply seam's envelope + state-machine body)
+//! …       kind 1: the application bytes (the apply seam's envelope + state-machine body)
+//!         kind 3: the claim, 64 bytes (below)
 //! ```
 //!
-//! so a normal entry carries the envelope and command bytes unchanged after a short header. The
-//! metadata values are JSON (each at most the log's 256-byte metadata limit).
+//! so a normal entry carries the envelope and command bytes unchanged after a short header.
+//! Kinds 0 and 2 have no body.
+//!
+//! A digest claim (kind 3, issue 21: "node N: digest D after index i", `claims.rs`) is an
+//! openraft normal entry whose data is [`crate::Request::Claim`]; it never reaches the apply
+//! seam, so it changes neither the catalog nor its digest. Its body, little-endian:
+//!
+//! ```text
+//! 0   u64   node id of the claimer
+//! 8   u64   index i the digest is claimed after (a claim index, before this entry's own)
+//! 16  [32]  state digest after applying index i (FORMAT.md 10.2)
+//! 48  u64   entity count
+//! 56  u32   digest version
+//! 60  u32   state-machine version
+//! ```
+//!
+//! A build older than kind 3 refuses such an entry ("unknown kind 3"): every node of a cluster
+//! must run a build that knows it. The metadata values are JSON (each at most the log's 256-byte
+//! metadata limit).
 
+use crate::claims::Claim;
 use crate::{LogId, Membership, Request};
 use openraft::EntryPayload;
 use serde::{Deserialize, Serialize};
@@ -32,6 +51,7 @@ pub const ENTRY_ENCODING_VERSION: u8 = 1;
 const KIND_BLANK: u8 = 0;
 const KIND_NORMAL: u8 = 1;
 const KIND_MEMBERSHIP: u8 = 2;
+const KIND_CLAIM: u8 = 3;
 const HEAD_LEN: usize = 6;
 
 #[derive(Serialize, Deserialize)]
@@ -47,9 +67,14 @@ pub(crate) fn invalid(what: impl Into<String>) -> io::Error {
 
 /// Encodes an openraft entry as the payload of the log entry at LSN `entry.log_id.index`.
 pub fn encode_entry(entry: &crate::Entry) -> io::Result<Vec<u8>> {
+    let claim;
     let (kind, membership, body): (u8, Option<Membership>, &[u8]) = match &entry.payload {
         EntryPayload::Blank => (KIND_BLANK, None, &[]),
-        EntryPayload::Normal(r) => (KIND_NORMAL, None, &r.0),
+        EntryPayload::Normal(Request::Command(bytes)) => (KIND_NORMAL, None, bytes),
+        EntryPayload::Normal(Request::Claim(c)) => {
+            claim = c.encode();
+            (KIND_CLAIM, None, &claim)
+        }
         EntryPayload::Membership(m) => (KIND_MEMBERSHIP, Some(m.clone()), &[]),
     };
     let head = serde_json::to_vec(&Head { log_id: entry.log_id, membership }).map_err(io::Error::other)?;
@@ -83,8 +108,10 @@ pub fn decode_entry(lsn: u64, payload_untrusted: &[u8]) -> io::Result<crate::Ent
     }
     let payload = match (kind, head.membership) {
         (KIND_BLANK, None) if body.is_empty() => EntryPayload::Blank,
-        (KIND_NORMAL, None) => EntryPayload::Normal(Request(body.to_vec())),
+        (KIND_NORMAL, None) => EntryPayload::Normal(Request::Command(body.to_vec())),
         (KIND_MEMBERSHIP, Some(m)) if body.is_empty() => EntryPayload::Membership(m),
+        (KIND_CLAIM, None) => EntryPayload::Normal(Request::Claim(Claim::decode(body).map_err(|e| bad(&e))?)),
+        (k, _) if k > KIND_CLAIM => return Err(bad(&format!("unknown kind {k}"))),
         _ => return Err(bad(&format!("kind {kind} does not match its header or body"))),
     };
     Ok(crate::Entry { log_id: head.log_id, payload })
@@ -105,4 +132,35 @@ pub(crate) fn read_meta<T: for<'de> Deserialize<'de>>(
 ) -> io::Result<Option<T>> {
     let Some(v) = value_untrusted else { return Ok(None) };
     serde_json::from_slice(v).map(Some).map_err(|e| invalid(format!("log metadata {key:#x}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::vote::RaftLeaderIdExt;
+    use openraft::RaftTypeConfig;
+
+    fn lid(index: u64) -> LogId {
+        LogId::new(<crate::TypeConfig as RaftTypeConfig>::LeaderId::new_committed(2, 1), index)
+    }
+
+    #[test]
+    fn a_claim_entry_round_trips_and_unknown_kinds_are_refused() {
+        let cp =
+            wal::Checkpoint { digest: [7; 32], entity_count: 3, digest_version: 1, state_machine_version: 1 };
+        let e = crate::Entry {
+            log_id: lid(9),
+            payload: EntryPayload::Normal(Request::Claim(Claim::new(2, 8, &cp))),
+        };
+        let bytes = encode_entry(&e).unwrap();
+        assert_eq!(bytes[1], KIND_CLAIM);
+        assert_eq!(bytes.len(), HEAD_LEN + u32::from_le_bytes(bytes[2..6].try_into().unwrap()) as usize + 64);
+        assert_eq!(decode_entry(9, &bytes).unwrap(), e);
+        let mut short = bytes.clone();
+        short.pop();
+        assert!(decode_entry(9, &short).unwrap_err().to_string().contains("a claim is 64 bytes"));
+        let mut unknown = bytes;
+        unknown[1] = 4;
+        assert!(decode_entry(9, &unknown).unwrap_err().to_string().contains("unknown kind 4"));
+    }
 }

@@ -32,15 +32,21 @@
 //!
 //! - [`LogStore::open_verified`] replays the log after the snapshot through the same apply
 //!   function and compares the checkpoints the state machine recorded
-//!   ([`StateMachineStore::with_checkpoints`]): CLEAN or DIVERGENT; [`start_role`] refuses to
-//!   start a DIVERGENT node (it must not vote or lead), saying why.
+//!   ([`StateMachineStore::with_checkpoints`]) and the digests a majority of the voters claimed
+//!   ([`claims`]): CLEAN or DIVERGENT; [`start_role`] refuses to start a DIVERGENT node (it
+//!   must not vote or lead), saying why.
+//! - [`claims`]: the replicas compare their state digests while they run. At every claim index
+//!   each voter's digest goes into the replicated log as a claim entry; a node whose digest a
+//!   majority of the voters contradicts fences itself ([`fence`]).
 //!
-//! What this milestone does not do yet: a node binary and network (see the README's
-//! replication section).
+//! The node (binary `walraft-node`, [`node`], [`net`], [`client`]) and the offline checks
+//! ([`check`]) are described in the README's replication section.
 
 pub mod check;
+pub mod claims;
 pub mod client;
 mod codec;
+pub mod fence;
 mod log_store;
 pub mod net;
 pub mod node;
@@ -48,30 +54,45 @@ mod state_machine;
 mod verify;
 mod writer;
 
+pub use claims::Claim;
 pub use codec::{
     decode_entry, encode_entry, COMMITTED_META_KEY, ENTRY_ENCODING_VERSION, PURGED_META_KEY, VOTE_META_KEY,
 };
 pub use log_store::{log_options, IoStats, IoStatsHandle, LogReader, LogStore};
-pub use state_machine::{SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE};
+pub use state_machine::{
+    ClaimConfig, SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE,
+};
 pub use verify::{start_role, Checkpointer, StartRole, StateVerdict};
 
 use serde::{Deserialize, Serialize};
 
-/// Application data of a normal Raft entry: the apply seam's entry bytes (the 16-byte
-/// envelope of FORMAT.md 10.1 followed by the state machine's command).
+/// Application data of a normal Raft entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Request(pub Vec<u8>);
+pub enum Request {
+    /// The apply seam's entry bytes (the 16-byte envelope of FORMAT.md 10.1 followed by the
+    /// state machine's command).
+    Command(Vec<u8>),
+    /// A node's digest claim ([`claims`]): compared by every node, applied to no state.
+    Claim(Claim),
+}
 
 impl Request {
     /// A catalog command as a Raft request (a command entry, with an optional request id).
     pub fn command(cmd: &catalog::Command, request_id: Option<u64>) -> Request {
-        Request(wal::state::Envelope::encode(wal::state::EntryKind::Command, request_id, &cmd.encode()))
+        Request::Command(wal::state::Envelope::encode(
+            wal::state::EntryKind::Command,
+            request_id,
+            &cmd.encode(),
+        ))
     }
 }
 
 impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "request of {} bytes", self.0.len())
+        match self {
+            Request::Command(b) => write!(f, "request of {} bytes", b.len()),
+            Request::Claim(c) => write!(f, "node {}'s digest claim after index {}", c.node, c.index),
+        }
     }
 }
 
@@ -90,6 +111,8 @@ pub enum Response {
     Blank,
     /// A membership entry was applied.
     Membership,
+    /// A digest claim was counted (it changes no state).
+    Claim,
 }
 
 openraft::declare_raft_types!(

@@ -1,9 +1,13 @@
 //! [`StateMachineStore`]: openraft's `RaftStateMachine` over the one apply seam
 //! ([`wal::state::Applier`]) with the reference catalog.
 //!
-//! - `apply`: a normal entry goes through `Applier::apply(index, epoch 0, bytes)`, the same
+//! - `apply`: a command entry goes through `Applier::apply(index, epoch 0, bytes)`, the same
 //!   function a restart replay and `walcheck` use; blank entries only advance the applied log
-//!   id; a membership entry is remembered as the last membership. Every responder is answered.
+//!   id; a membership entry is remembered as the last membership; a digest claim entry
+//!   (`claims.rs`) never reaches the seam: it is counted, and when a majority of the voters
+//!   agreed on a digest other than this node's own at the claimed index, this node fences
+//!   itself and `apply` fails (openraft then stops this node's Raft). After a claim index, the
+//!   node's digest there is kept and claimed. Every responder is answered.
 //! - The state is transient: at open it is the persisted snapshot's state (or empty), and
 //!   openraft re-applies the committed log after it (`StorageHelper::get_initial_state`, which
 //!   reads the committed id that [`crate::LogStore`] persists), through the same `apply`.
@@ -15,7 +19,8 @@
 //!   in one file, `raft-snapshot`, written to a temporary name, synced, renamed, the directory
 //!   synced; so `applied_state` after a restart is the snapshot's, membership included.
 
-use crate::{LogId, Response, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::claims::{is_claim_index, ClaimStats, Comparer, Outcome as ClaimOutcome};
+use crate::{LogId, Request, Response, SnapshotMeta, StoredMembership, TypeConfig};
 use catalog::Catalog;
 use futures_util::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
@@ -52,9 +57,30 @@ pub struct StateMachineStore {
     membership: StoredMembership,
     current: Arc<Mutex<Option<Current>>>,
     dir: Option<PathBuf>,
-    /// Where checkpoints go, and every how many applied normal entries.
-    checkpoints: Option<(crate::Checkpointer, u64)>,
-    since_checkpoint: u64,
+    /// Claim indexes are the multiples of this (0: none), `claims.rs`.
+    every: u64,
+    /// Where local checkpoints go.
+    checkpointer: Option<crate::Checkpointer>,
+    /// The online comparison of digest claims (a node's; none in library use).
+    online: Option<Online>,
+}
+
+/// What a node's state machine needs to claim its digests and compare the claims it applies.
+#[derive(Clone, Debug)]
+pub struct ClaimConfig {
+    /// This node's id (the claims it makes carry it).
+    pub node: u64,
+    /// Where its claims go: the task that proposes them or sends them to the leader. Full:
+    /// the claim is dropped (claims are best effort).
+    pub sink: tokio::sync::mpsc::Sender<crate::Claim>,
+    pub fence: crate::fence::Fence,
+    pub stats: Arc<ClaimStats>,
+}
+
+#[derive(Debug)]
+struct Online {
+    cfg: ClaimConfig,
+    comparer: Comparer,
 }
 
 impl std::fmt::Debug for StateMachineStore {
@@ -160,8 +186,9 @@ impl StateMachineStore {
             membership: StoredMembership::default(),
             current: Arc::new(Mutex::new(None)),
             dir: dir.map(Path::to_path_buf),
-            checkpoints: None,
-            since_checkpoint: 0,
+            every: 0,
+            checkpointer: None,
+            online: None,
         };
         if let Some(d) = dir {
             fs::create_dir_all(d)?;
@@ -192,20 +219,59 @@ impl StateMachineStore {
         Ok(())
     }
 
-    /// Records a checkpoint into the log after every `every` applied normal entries (what
-    /// [`crate::LogStore::open_verified`] compares a replay with at the next start).
+    /// Makes every index that is a multiple of `every` a claim index (`claims.rs`) and records
+    /// a checkpoint of the state after it into the log (what [`crate::LogStore::open_verified`]
+    /// compares a replay with at the next start), at the last command at or below it. With
+    /// [`StateMachineStore::with_claims`] the checkpoint is recorded only once a majority of
+    /// the voters confirmed that digest, so a replica whose state went wrong in memory never
+    /// writes its wrong digest into its own log (the restart from the log then heals it).
     pub fn with_checkpoints(mut self, to: crate::Checkpointer, every: u64) -> Self {
-        self.checkpoints = Some((to, every.max(1)));
+        self.checkpointer = Some(to);
+        self.every = every.max(1);
         self
     }
 
-    /// Where a replay of the log starts: the snapshot's applier and the first index after it.
-    pub(crate) fn replay_base(&self) -> io::Result<(Applier<Catalog>, u64)> {
+    /// Claims this node's digest at every claim index (see `with_checkpoints`) and compares
+    /// the claims it applies (`claims.rs`): once a majority of the voters agreed on a digest
+    /// that differs from this node's own at that index, the node fences itself (`cfg.fence`)
+    /// and its `apply` fails, which stops its Raft.
+    pub fn with_claims(mut self, cfg: ClaimConfig) -> Self {
+        self.online = Some(Online { comparer: Comparer::new(cfg.node), cfg });
+        self
+    }
+
+    /// Where a replay of the log starts: the snapshot's applier, the first index after it and
+    /// the membership there.
+    pub(crate) fn replay_base(&self) -> io::Result<(Applier<Catalog>, u64, crate::Membership)> {
         let cur = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match cur {
-            Some(c) => Ok((import(&c.data)?, c.meta.last_log_id.map_or(0, |l| l.index + 1))),
-            None => Ok((Applier::new(Catalog::new(), DEDUPE_WINDOW), 0)),
+            Some(c) => Ok((
+                import(&c.data)?,
+                c.meta.last_log_id.map_or(0, |l| l.index + 1),
+                c.meta.last_membership.membership().clone(),
+            )),
+            None => Ok((Applier::new(Catalog::new(), DEDUPE_WINDOW), 0, crate::Membership::default())),
         }
+    }
+
+    /// Test-only fault (`--allow-faults`, `Msg::Alter`): applies `cmd` to the catalog in memory
+    /// only, bypassing the log, as a bit flip in memory or a nondeterministic apply would
+    /// change it. The entity it creates gets an id no log index reaches. Returns the last
+    /// applied index.
+    pub fn alter_for_test(&mut self, cmd: &catalog::Command) -> Result<Option<u64>, String> {
+        use wal::state::{Committed, EntryKind, StateMachine};
+        let applied = self.applier.applied();
+        let body = cmd.encode();
+        let fake = Lsn((1 << 48) + applied.map_or(0, |l| l.0));
+        let mut cat = self.applier.state().clone();
+        let entry =
+            Committed { lsn: fake, epoch: Epoch(0), kind: EntryKind::Command, request_id: None, body: &body };
+        if let Outcome::Refused(why) = cat.apply(&entry) {
+            return Err(format!("the catalog refused the alteration: {why}"));
+        }
+        let records: Vec<_> = self.applier.dedupe_records().collect();
+        self.applier = Applier::from_parts(cat, applied, self.applier.dedupe_window(), records)?;
+        Ok(self.last_applied.map(|l| l.index))
     }
 
     /// Read access to the catalog (queries only).
@@ -223,24 +289,22 @@ impl StateMachineStore {
         &self.applier
     }
 
-    /// Applies one entry: THE apply function for normal entries, membership bookkeeping else.
+    /// Applies one entry: THE apply function for commands, the claim comparison for claims,
+    /// membership bookkeeping else; then, at a claim index, this node's digest there.
     fn apply_one(&mut self, entry: &crate::Entry) -> io::Result<Response> {
+        let index = entry.log_id.index;
         let r = match &entry.payload {
             EntryPayload::Blank => Response::Blank,
             EntryPayload::Membership(m) => {
                 self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                 Response::Membership
             }
-            EntryPayload::Normal(req) => {
-                let r = self.applier.apply(Lsn(entry.log_id.index), Epoch(0), &req.0);
-                if let Some((to, every)) = &self.checkpoints {
-                    self.since_checkpoint += 1;
-                    if self.since_checkpoint >= *every && self.applier.fenced().is_none() {
-                        self.since_checkpoint = 0;
-                        to.record(entry.log_id.index, self.applier.checkpoint());
-                    }
-                }
-                match r {
+            EntryPayload::Normal(Request::Claim(c)) => {
+                self.count_claim(c, index)?;
+                Response::Claim
+            }
+            EntryPayload::Normal(Request::Command(bytes)) => {
+                match self.applier.apply(Lsn(index), Epoch(0), bytes) {
                     Ok(Applied::Outcome(Outcome::Done(b))) => Response::Done(b),
                     Ok(Applied::Outcome(Outcome::Refused(why))) => Response::Refused(why),
                     Ok(Applied::Duplicate { first_lsn }) => Response::Duplicate { first_index: first_lsn.0 },
@@ -256,7 +320,60 @@ impl StateMachineStore {
             }
         };
         self.last_applied = Some(entry.log_id);
+        if is_claim_index(index, self.every) && self.applier.fenced().is_none() {
+            self.at_claim_index(index);
+        }
         Ok(r)
+    }
+
+    /// This node's digest after claim index `index`: claimed (a node), or recorded as a local
+    /// checkpoint at once (library use, no claims).
+    fn at_claim_index(&mut self, index: u64) {
+        let cp = self.applier.checkpoint();
+        let lsn = self.applier.applied().map(|l| l.0);
+        match &mut self.online {
+            Some(o) => {
+                o.comparer.own(index, cp, lsn);
+                o.cfg.stats.made();
+                if o.cfg.sink.try_send(crate::Claim::new(o.cfg.node, index, &cp)).is_err() {
+                    o.cfg.stats.dropped();
+                }
+            }
+            None => {
+                if let (Some(to), Some(l)) = (&self.checkpointer, lsn) {
+                    to.record(l, cp);
+                }
+            }
+        }
+    }
+
+    /// Counts a claim applied at index `at`; fences this node when a majority of the voters
+    /// agreed on a digest that is not its own.
+    fn count_claim(&mut self, c: &crate::Claim, at: u64) -> io::Result<()> {
+        let Some(o) = &mut self.online else { return Ok(()) };
+        let node = o.cfg.node;
+        match o.comparer.claim(c, at, self.membership.membership().get_joint_config()) {
+            ClaimOutcome::Nothing => {}
+            ClaimOutcome::Confirmed { index, own, lsn } => {
+                o.cfg.stats.confirmed(index);
+                if let (Some(to), Some(l)) = (&self.checkpointer, lsn) {
+                    to.record(l, own);
+                }
+            }
+            ClaimOutcome::Split { index, claims } => {
+                o.cfg.stats.split();
+                eprintln!(
+                    "walraft-node {node}: DIGEST CLAIMS DISAGREE at index {index} ({claims}): no digest has a majority of the voters so far; a node fences itself only when a majority agrees on a digest other than its own"
+                );
+            }
+            ClaimOutcome::Diverged(d) => {
+                let why = d.to_string();
+                o.cfg.fence.set(node, why.clone());
+                self.applier.fence(why.clone());
+                return Err(io::Error::other(format!("this node fenced itself: {why}")));
+            }
+        }
+        Ok(())
     }
 
     fn snapshot_now(&self) -> io::Result<Current> {
@@ -320,6 +437,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: SnapshotData) -> Result<(), io::Error> {
         let c = Current { meta: meta.clone(), data };
         self.restore(&c)?;
+        if let (Some(o), Some(l)) = (&mut self.online, meta.last_log_id) {
+            o.comparer.forget_through(l.index);
+        }
         // Under the lock a build persists under (see `build_snapshot`).
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = &self.dir {

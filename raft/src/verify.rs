@@ -7,13 +7,24 @@
 //! compares every checkpoint with the state at its own index: **CLEAN** when all agree,
 //! **DIVERGENT** (with the index and both digests) at the first that does not. [`start_role`]
 //! turns the verdict into the role the node may start in: a voter, or refused.
+//!
+//! The same replay compares the digest claims the log holds (issue 21, `claims.rs`): at every
+//! claim index past the snapshot where claims from a majority of the voters agree on a digest,
+//! the replayed state must have that digest, else DIVERGENT at that index. A node's own
+//! checkpoints only say that its replay reproduces what it applied; the claims say whether that
+//! is what the majority applied, so a replica whose log bytes differ from the others' is
+//! refused at restart even when its own checkpoints agree with it (finding 1's replicas each
+//! said CLEAN). Claims at or below the snapshot are not compared: the snapshot's state is the
+//! start of the replay, not something it reaches.
 
+use crate::claims::Replayed;
 use crate::codec;
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
 use crate::writer::{Req, EPOCH};
+use crate::Request;
 use catalog::Catalog;
-use std::collections::VecDeque;
+use openraft::EntryPayload;
 use std::io;
 use std::sync::mpsc::Sender;
 use wal::state::{Applier, CHECKPOINT_MAX_LAG};
@@ -37,9 +48,11 @@ impl Checkpointer {
 /// The state verdict of a node's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StateVerdict {
-    /// Every checkpoint after the snapshot matched the replayed state.
-    Clean { checkpoints: u64, through: Option<u64> },
-    /// The replayed state differs from the checkpoint the online path recorded at `index`.
+    /// Every checkpoint after the snapshot matched the replayed state (`through`: the highest),
+    /// and so did every digest a majority of the voters claimed (`claims` of them).
+    Clean { checkpoints: u64, through: Option<u64>, claims: u64 },
+    /// The replayed state differs at `index` from the checkpoint the online path recorded, or
+    /// from the digest a majority of the voters claimed there (`recorded`).
     Divergent { index: u64, recorded: [u8; 32], replayed: [u8; 32], why: String },
 }
 
@@ -67,11 +80,17 @@ fn hex(d: &[u8; 32]) -> String {
     d.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Replays `wal` after the snapshot (`base`, applied through `from - 1`) and compares every
-/// checkpoint at or after `from`.
-pub(crate) fn check(wal: &Wal, mut base: Applier<Catalog>, from: u64) -> io::Result<StateVerdict> {
-    let mut states: VecDeque<(u64, Checkpoint)> = VecDeque::new();
-    let start_cp = base.checkpoint();
+/// Replays `wal` after the snapshot (`base`, applied through `from - 1`, with `membership`
+/// the voters there) and compares every checkpoint at or after `from`, and every digest a
+/// majority of the voters claimed after an index past the snapshot (`claims.rs`).
+pub(crate) fn check(
+    wal: &Wal,
+    mut base: Applier<Catalog>,
+    from: u64,
+    membership: &crate::Membership,
+) -> io::Result<StateVerdict> {
+    let base_at = from.checked_sub(1);
+    let mut states = Replayed::new(base_at, base.checkpoint(), membership, CHECKPOINT_MAX_LAG as usize);
     let (mut compared, mut through) = (0u64, None);
     let mut replay = wal.replay_from(Some(Lsn(from)), Bound::Written).map_err(io::Error::other)?;
     let mut n = 0u64;
@@ -86,11 +105,10 @@ pub(crate) fn check(wal: &Wal, mut base: Applier<Catalog>, from: u64) -> io::Res
             continue;
         }
         match item.kind {
-            ItemKind::Entry => {
-                let e = codec::decode_entry(l, item.payload)?;
-                if let openraft::EntryPayload::Normal(req) = &e.payload {
+            ItemKind::Entry => match codec::decode_entry(l, item.payload)?.payload {
+                EntryPayload::Normal(Request::Command(bytes)) => {
                     // The one apply function; a refused envelope is a no-op on every path.
-                    let _ = base.apply(Lsn(l), EPOCH, &req.0);
+                    let _ = base.apply(Lsn(l), EPOCH, &bytes);
                     if let Some(f) = base.fenced() {
                         return Ok(StateVerdict::Divergent {
                             index: l,
@@ -99,23 +117,25 @@ pub(crate) fn check(wal: &Wal, mut base: Applier<Catalog>, from: u64) -> io::Res
                             why: format!("apply fenced on replay: {f}"),
                         });
                     }
-                    states.push_back((l, base.checkpoint()));
-                    if states.len() as u64 > CHECKPOINT_MAX_LAG {
-                        states.pop_front();
+                    states.history.push(l, base.checkpoint());
+                }
+                EntryPayload::Normal(Request::Claim(c)) => {
+                    if let Err(m) = states.claim(&c, l) {
+                        return Ok(StateVerdict::Divergent {
+                            index: m.index,
+                            recorded: m.majority.digest,
+                            replayed: m.replayed.digest,
+                            why: m.why,
+                        });
                     }
                 }
-            }
+                EntryPayload::Membership(m) => states.membership(&m),
+                EntryPayload::Blank => {}
+            },
             ItemKind::Checkpoint(cp) => {
-                // The state at `l`: after the last normal entry at or below it.
-                let at = states.iter().rev().find(|(i, _)| *i <= l).map(|(_, c)| *c);
-                let oldest = states.front().map(|(i, _)| *i);
-                let replayed = match at {
-                    Some(c) => c,
-                    None if oldest.is_none_or(|o| o > l) && states.len() as u64 >= CHECKPOINT_MAX_LAG => {
-                        continue
-                    }
-                    None => start_cp,
-                };
+                // The state at `l`: after the last command at or below it (none kept: written
+                // further behind than a writer ever records one; not compared).
+                let Some(replayed) = states.history.at(l) else { continue };
                 if replayed != cp {
                     return Ok(StateVerdict::Divergent {
                         index: l,
@@ -135,7 +155,7 @@ pub(crate) fn check(wal: &Wal, mut base: Applier<Catalog>, from: u64) -> io::Res
             }
         }
     }
-    Ok(StateVerdict::Clean { checkpoints: compared, through })
+    Ok(StateVerdict::Clean { checkpoints: compared, through, claims: states.verified })
 }
 
 impl LogStore {
@@ -154,8 +174,8 @@ impl LogStore {
     ) -> io::Result<(LogStore, StateVerdict)> {
         let (wal, _report) =
             Wal::open(dir, wal::Options { first_lsn: 0, ..opts }).map_err(io::Error::other)?;
-        let (base, from) = sm.replay_base()?;
-        let verdict = check(&wal, base, from)?;
+        let (base, from, membership) = sm.replay_base()?;
+        let verdict = check(&wal, base, from, &membership)?;
         Ok((LogStore::start_wal(wal)?, verdict))
     }
 }

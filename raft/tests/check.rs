@@ -27,10 +27,6 @@ async fn node(dir: &Path, entries: &[(u64, &str)]) -> PathBuf {
 /// compacts: a snapshot of the state at index `snap.0`, then the log purged up to `snap.1`
 /// (whole sealed 64 KiB segments at or below it removed).
 async fn node_purged(dir: &Path, entries: &[(u64, &str)], every: u64, snap: Option<(u64, u64)>) -> PathBuf {
-    let sm0 = StateMachineStore::open(Some(&dir.join("sm"))).unwrap();
-    let (mut log, _) = LogStore::open_verified(dir.join("log"), log_options(64 << 10), &sm0).unwrap();
-    let mut sm =
-        StateMachineStore::open(Some(&dir.join("sm"))).unwrap().with_checkpoints(log.checkpointer(), every);
     let es: Vec<Entry> = entries
         .iter()
         .enumerate()
@@ -44,8 +40,20 @@ async fn node_purged(dir: &Path, entries: &[(u64, &str)], every: u64, snap: Opti
             Entry::new_normal(lid(*term, i as u64 + 1), Request::command(&cmd, None))
         })
         .collect();
+    write_node(dir, &es, every, snap).await
+}
+
+/// Writes `es` (from index 1) into a node directory through the real store and state machine
+/// (local checkpoints at every claim index, of this node's own state) and, with `snap`, what
+/// openraft does when it compacts: a snapshot at index `snap.0`, the log purged up to `snap.1`
+/// (whole sealed 64 KiB segments at or below it removed).
+async fn write_node(dir: &Path, es: &[Entry], every: u64, snap: Option<(u64, u64)>) -> PathBuf {
+    let sm0 = StateMachineStore::open(Some(&dir.join("sm"))).unwrap();
+    let (mut log, _) = LogStore::open_verified(dir.join("log"), log_options(64 << 10), &sm0).unwrap();
+    let mut sm =
+        StateMachineStore::open(Some(&dir.join("sm"))).unwrap().with_checkpoints(log.checkpointer(), every);
     let (tx, rx) = TypeConfig::oneshot();
-    log.append(es.clone(), IOFlushed::signal(tx)).await.unwrap();
+    log.append(es.to_vec(), IOFlushed::signal(tx)).await.unwrap();
     rx.await.unwrap().unwrap();
     let split = snap.map_or(0, |(s, _)| s as usize);
     sm.apply(stream::iter(es[..split].iter().cloned().map(|e| Ok((e, None))))).await.unwrap();
@@ -199,4 +207,153 @@ async fn a_log_that_starts_past_its_snapshot_is_divergent_with_the_missing_index
     let cmp = compare(&[b, a]);
     assert_eq!((cmp.verdict, cmp.exit_code()), ("DIVERGENT", 4), "{}", cmp.summary());
     assert!(cmp.why.contains(&want), "{}", cmp.summary());
+}
+
+/// The entries of a three-voter log (membership at 1), `cmds` commands, and after every claim
+/// index (multiples of `every`) the three voters' claims of the digest they had there, as the
+/// log holds them: nodes 1 and 2 applied `cmds`, node 3 applied `third` (the same but where a
+/// replica diverged). Every replica's log holds these same claims (they are replicated); each
+/// replica's own commands are `cmds` or `third`. With `claims` false, no claim entries: the
+/// log as it was before claims existed.
+fn claimed_log(cmds: &[String], third: &[String], every: u64, claims: bool) -> (Vec<Entry>, Vec<Entry>) {
+    use wal::state::Applier;
+    let voters: std::collections::BTreeSet<u64> = [1, 2, 3].into();
+    let nodes = voters.iter().map(|n| (*n, openraft::BasicNode::new(format!("n{n}")))).collect::<Vec<_>>();
+    let membership = wal_raft::Membership::new(
+        vec![voters],
+        nodes.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+    )
+    .unwrap();
+    let create = |name: &str| {
+        Request::command(
+            &catalog::Command::Create {
+                parent: None,
+                kind: catalog::EntityKind::Metalake,
+                name: name.to_string(),
+                props: vec![],
+            },
+            None,
+        )
+    };
+    let mut logs = (Vec::new(), Vec::new());
+    let mut states = [
+        Applier::new(catalog::Catalog::new(), wal_raft::DEDUPE_WINDOW),
+        Applier::new(catalog::Catalog::new(), wal_raft::DEDUPE_WINDOW),
+    ];
+    logs.0.push(Entry::new_membership(lid(1, 1), membership.clone()));
+    logs.1.push(Entry::new_membership(lid(1, 1), membership));
+    let mut pending = Vec::new();
+    let mut next = 0;
+    let mut i = 2u64;
+    while next < cmds.len() || !pending.is_empty() {
+        if let Some(c) = pending.pop() {
+            logs.0.push(Entry::new_normal(lid(1, i), Request::Claim(c)));
+            logs.1.push(Entry::new_normal(lid(1, i), Request::Claim(c)));
+        } else {
+            for (k, (log, cmd)) in
+                [(&mut logs.0, &cmds[next]), (&mut logs.1, &third[next])].into_iter().enumerate()
+            {
+                let r = create(cmd);
+                let Request::Command(bytes) = &r else { unreachable!() };
+                states[k].apply(wal::Lsn(i), wal::Epoch(0), bytes).unwrap();
+                log.push(Entry::new_normal(lid(1, i), r));
+            }
+            next += 1;
+        }
+        if claims && i.is_multiple_of(every) {
+            // Claimed right after, node 1 first: they land at i+1, i+2, i+3.
+            let (good, bad) = (states[0].checkpoint(), states[1].checkpoint());
+            pending = vec![
+                wal_raft::Claim::new(3, i, &bad),
+                wal_raft::Claim::new(2, i, &good),
+                wal_raft::Claim::new(1, i, &good),
+            ];
+        }
+        i += 1;
+    }
+    logs
+}
+
+/// Issue 21, finding 3: replicas whose logs differ at an index each replayed CLEAN, because each
+/// compared only with its own checkpoints. With the voters' digest claims in the log, the
+/// replica that differs is DIVERGENT at the first claim index at or after the difference,
+/// naming its digest and the majority's, offline (`check`, the library and the binary) and at
+/// its restart (`open_verified`); the healthy ones are CLEAN with the claims verified. Claims at
+/// or below a snapshot are not compared; the first one after it still is.
+#[tokio::test]
+async fn a_replica_whose_log_differs_is_divergent_at_the_first_majority_claim_after_it() {
+    const EVERY: u64 = 8;
+    let d = tempfile::tempdir().unwrap();
+    let cmds: Vec<String> = (0..40).map(|i| format!("lake{i}")).collect();
+    let mut third = cmds.clone();
+    third[9] = "elsewhere".into();
+    let (healthy, diverged) = claimed_log(&cmds, &third, EVERY, true);
+    // Where the replicas' logs differ, and the first claim index at or after it.
+    let at = healthy.iter().zip(&diverged).find(|(h, x)| h != x).unwrap().0.log_id.index;
+    let claim_at = at.div_ceil(EVERY) * EVERY;
+    assert!(at > 8 && claim_at > at, "the difference at {at} lies between claim indexes");
+
+    let a = write_node(&d.path().join("a"), &healthy, EVERY, None).await;
+    let b = write_node(&d.path().join("b"), &healthy, EVERY, None).await;
+    let x = write_node(&d.path().join("x"), &diverged, EVERY, None).await;
+    for n in [&a, &b] {
+        let ck = check(n);
+        assert!(
+            matches!(ck.state, State::Clean { claims, checkpoints, .. } if claims > 3 && checkpoints > 3),
+            "{}",
+            ck.summary()
+        );
+        assert!(ck.summary().contains("majority digest claims verified through"), "{}", ck.summary());
+    }
+    let ck = check(&x);
+    let State::Divergent(why) = &ck.state else { panic!("{}", ck.summary()) };
+    assert_eq!(ck.exit_code(), 4);
+    let (mine, theirs) = (ck.digest.clone(), check(&a).digest);
+    assert!(why.starts_with(&format!("at index {claim_at}: the replayed digest is ")), "{why}");
+    assert!(why.contains("a majority of the voters (nodes 1, 2) claimed"), "{why}");
+    assert!(mine != theirs, "the replicas ended with one digest");
+
+    // The binary says the same; the healthy replicas exit 0.
+    let bin = env!("CARGO_BIN_EXE_walraft-node");
+    let out = std::process::Command::new(bin).arg("check").arg(&x).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("STATE DIVERGENT") && text.contains(&format!("at index {claim_at}")), "{text}");
+    for n in [&a, &b] {
+        let out = std::process::Command::new(bin).arg("check").arg(n).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    }
+
+    // A restart is refused the same way: its own checkpoints agree with its log, the claims do not.
+    let sm = StateMachineStore::open(Some(&x.join("sm"))).unwrap();
+    let (log, v) = LogStore::open_verified(x.join("log"), log_options(64 << 10), &sm).unwrap();
+    log.close().unwrap();
+    let wal_raft::StateVerdict::Divergent { index, recorded, replayed, why } = &v else { panic!("{v:?}") };
+    assert_eq!(*index, claim_at, "{why}");
+    assert_ne!(recorded, replayed);
+    assert!(matches!(wal_raft::start_role(&v), wal_raft::StartRole::Refused { .. }));
+
+    // What finding 1 saw: the same divergent replica without claims in its log is CLEAN.
+    let (_, unclaimed) = claimed_log(&cmds, &third, EVERY, false);
+    let y = write_node(&d.path().join("y"), &unclaimed, EVERY, None).await;
+    let ck = check(&y);
+    assert!(
+        matches!(ck.state, State::Clean { claims: 0, checkpoints, .. } if checkpoints > 3),
+        "{}",
+        ck.summary()
+    );
+
+    // Snapshotted past the first claim after the difference (and purged): that claim is not
+    // compared, the next one is, and the snapshot's state carries the difference.
+    let s = write_node(&d.path().join("s"), &diverged, EVERY, Some((claim_at + 5, claim_at + 4))).await;
+    let ck = check(&s);
+    let next = claim_at + EVERY;
+    assert!(
+        matches!(&ck.state, State::Divergent(w) if w.starts_with(&format!("at index {next}:"))),
+        "{}",
+        ck.summary()
+    );
+    let h = write_node(&d.path().join("h"), &healthy, EVERY, Some((claim_at + 5, claim_at + 4))).await;
+    let ck = check(&h);
+    assert!(matches!(ck.state, State::Clean { claims_through: Some(t), .. } if t > next), "{}", ck.summary());
 }

@@ -51,7 +51,7 @@ async fn write_node(dir: &Path, n: u64, forge_at: Option<u64>) {
         &StateMachineStore::open(Some(&dir.join("sm"))).unwrap(),
     )
     .unwrap();
-    assert_eq!(v, StateVerdict::Clean { checkpoints: 0, through: None });
+    assert_eq!(v, StateVerdict::Clean { checkpoints: 0, through: None, claims: 0 });
     let mut sm =
         StateMachineStore::open(Some(&dir.join("sm"))).unwrap().with_checkpoints(log.checkpointer(), 2);
     let entries: Vec<Entry> = (1..=n).map(|i| create(i, &format!("lake{i}"))).collect();
@@ -79,7 +79,7 @@ async fn a_clean_node_starts_as_a_voter() {
     let dir = tempfile::tempdir().unwrap();
     write_node(dir.path(), 10, None).await;
     let v = verdict(dir.path());
-    assert_eq!(v, StateVerdict::Clean { checkpoints: 5, through: Some(10) });
+    assert_eq!(v, StateVerdict::Clean { checkpoints: 5, through: Some(10), claims: 0 });
     assert_eq!(start_role(&v), StartRole::Voter);
 }
 
@@ -116,7 +116,7 @@ async fn the_check_starts_from_the_snapshot() {
     let v = verdict(dir.path());
     assert_eq!(
         v,
-        StateVerdict::Clean { checkpoints: 1, through: Some(6) },
+        StateVerdict::Clean { checkpoints: 1, through: Some(6), claims: 0 },
         "only the checkpoint at 6 is after the snapshot at 4"
     );
 }

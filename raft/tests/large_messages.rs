@@ -33,7 +33,7 @@ async fn node(id: u64, all: &BTreeMap<u64, String>, data: &Path, snapshot_every:
     cfg.max_frame_bytes = FRAME;
     match start(cfg).await.unwrap() {
         Started::Running(n) => n,
-        Started::Refused { why } => panic!("node {id} refused: {why}"),
+        Started::Refused { why } | Started::Fenced { why } => panic!("node {id} refused: {why}"),
     }
 }
 

@@ -2,7 +2,9 @@
 //! "Running a cluster". The logic is in the `wal_raft` library; this file parses arguments.
 //!
 //! Exit codes: `run` 0 after a clean stop (SIGINT/SIGTERM), 4 when the state verdict is
-//! DIVERGENT (Raft is not started), 70 when openraft's core stopped by itself, 1 on an error. `client` write commands: 0 committed and
+//! DIVERGENT (Raft is not started), 9 when the node is fenced (its data directory holds a
+//! `FENCED` file: refused at start; or it fenced itself while running and was then stopped),
+//! 70 when openraft's core stopped by itself, 1 on an error. `client` write commands: 0 committed and
 //! applied, 1 committed but refused by the catalog, 2 rejected (never appended), 3
 //! indeterminate, 5 no node reachable. `check`/`compare`: walcheck's codes. A usage error (bad
 //! arguments) exits 64, as walcheck's do: clap's default 2 is `client`'s REJECTED.
@@ -20,6 +22,10 @@ use wal_raft::Response;
 
 /// `run`'s exit code when openraft's core stopped by itself (EX_SOFTWARE).
 const EXIT_RAFT_STOPPED: i32 = 70;
+
+/// `run`'s exit code for a fenced node (`wal_raft::fence`): distinct from DIVERGENT (4), which
+/// the offline check and the start-up replay give.
+const EXIT_FENCED: i32 = 9;
 
 /// Exit code for bad arguments (EX_USAGE, walcheck's too).
 const EXIT_USAGE: u8 = 64;
@@ -72,7 +78,7 @@ struct RunArgs {
     /// Initialize a fresh cluster of this node and its peers (harmless when initialized).
     #[arg(long)]
     initialize: bool,
-    /// Accept the test-only partition switch.
+    /// Accept the test-only faults: the partition switch, altering the state in memory.
     #[arg(long)]
     allow_faults: bool,
     /// Test only (needs --allow-faults): openraft's leader restore back on, the unsafe
@@ -89,6 +95,9 @@ struct RunArgs {
     snapshot_every: u64,
     #[arg(long, default_value_t = 1000)]
     keep_logs: u64,
+    /// Claim indexes are the multiples of this: after each, every voter claims its state
+    /// digest in the replicated log and a node a majority contradicts fences itself. Larger
+    /// than the number of voters.
     #[arg(long, default_value_t = 64)]
     checkpoint_every: u64,
     #[arg(long, default_value_t = 5000)]
@@ -217,6 +226,7 @@ async fn run(a: RunArgs) -> i32 {
     cfg.write_timeout = Duration::from_millis(a.write_timeout_ms);
     cfg.max_frame_bytes = a.max_frame_bytes;
     let id = cfg.id;
+    let data = cfg.data_dir.clone();
     if cfg.unsafe_leader_restore {
         eprintln!("walraft-node {id}: UNSAFE test configuration: openraft's leader restore is on (issue 21, finding 1)");
     }
@@ -225,6 +235,15 @@ async fn run(a: RunArgs) -> i32 {
         Ok(Started::Refused { why }) => {
             eprintln!("walraft-node {id}: refusing to start as a voter: {why}");
             return wal_raft::check::EXIT_DIVERGENT;
+        }
+        Ok(Started::Fenced { why }) => {
+            eprintln!(
+                "walraft-node {id}: refusing to start: this node FENCED itself ({}/{}): {why}. {}",
+                data.display(),
+                wal_raft::fence::FENCE_FILE,
+                wal_raft::fence::RECOVERY
+            );
+            return EXIT_FENCED;
         }
         Err(e) => {
             eprintln!("walraft-node {id}: {e}");
@@ -240,12 +259,18 @@ async fn run(a: RunArgs) -> i32 {
         }
     };
     let raft = node.raft.clone();
+    let fence = node.fence.clone();
     let fatal = async move {
         // openraft's core can stop on its own (a storage error, or a panic such as
         // openraft#2116): the process would stay up but out of the cluster. Exit instead, so a
-        // supervisor restarts the node from its durable log and snapshot.
+        // supervisor restarts the node from its durable log and snapshot. Not when the node
+        // fenced itself (its core stopped on purpose): it stays up, answering metrics with
+        // why, until it is stopped; a restart would be refused anyway.
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
+            if fence.reason().is_some() {
+                continue;
+            }
             if let Err(e) = &raft.metrics().borrow_watched().running_state {
                 return e.to_string();
             }
@@ -260,7 +285,9 @@ async fn run(a: RunArgs) -> i32 {
         }
     }
     eprintln!("walraft-node {id}: stopping");
+    let fenced = node.fence.reason().is_some();
     match node.shutdown().await {
+        _ if fenced => EXIT_FENCED,
         Ok(()) => 0,
         Err(e) => {
             eprintln!("walraft-node {id}: {e}");

@@ -112,7 +112,9 @@ mod tests {
         AppendEntriesRequest {
             vote: Vote::new_committed(2, 1),
             prev_log_id: Some(lid(9)),
-            entries: (10..10 + n).map(|i| Entry::new_normal(lid(i), Request(vec![i as u8; body]))).collect(),
+            entries: (10..10 + n)
+                .map(|i| Entry::new_normal(lid(i), Request::Command(vec![i as u8; body])))
+                .collect(),
             leader_commit: Some(lid(9)),
         }
     }

@@ -1,6 +1,6 @@
 //! The messages a node's TCP port understands, and their replies. One port serves three
-//! audiences: peers (Raft RPCs), clients (catalog writes) and operators/tests (metrics, lookups,
-//! the test-only partition switch). Each request gets exactly one reply frame.
+//! audiences: peers (Raft RPCs, digest claims), clients (catalog writes) and operators/tests
+//! (metrics, lookups, the test-only partition switch and state alteration). Each request gets exactly one reply frame.
 
 use crate::net::append::AppendHead;
 use crate::{Response, SnapshotMeta, TypeConfig, Vote};
@@ -37,6 +37,12 @@ pub enum Msg {
     Lookup { parent: Option<u64>, name: String },
     /// Admin, tests only (`--allow-faults`): drop all Raft traffic in and out while on.
     Partition { on: bool },
+    /// Between nodes: a follower's digest claim (`crate::claims`), for the leader to propose.
+    Claim(crate::Claim),
+    /// Admin, tests only (`--allow-faults`): apply a catalog command (its encoding) to this
+    /// node's state in memory only, bypassing the log: the divergence the digest claims must
+    /// catch.
+    AlterState { command: Vec<u8> },
 }
 
 impl Msg {
@@ -50,6 +56,7 @@ impl Msg {
                 | Msg::PreVote(_)
                 | Msg::SnapshotChunk { .. }
                 | Msg::Write { forwarded: true, .. }
+                | Msg::Claim(_)
         )
     }
 }
@@ -67,6 +74,10 @@ pub enum Reply {
     Metrics(Box<NodeMetrics>),
     Lookup(Option<EntityView>),
     Partition(Result<bool, String>),
+    /// A claim was proposed (not yet committed), or why not.
+    Claim(Result<(), String>),
+    /// The state was altered; the last index applied then.
+    Altered(Result<Option<u64>, String>),
     /// The request could not be served at all (with why).
     Error(String),
 }
@@ -109,6 +120,13 @@ pub struct NodeMetrics {
     pub partitioned: bool,
     /// openraft's core stopped (a fatal error); the node is no longer part of the cluster.
     pub fatal: Option<String>,
+    /// This node fenced itself: its digest at a claim index differs from the one a majority of
+    /// the voters claimed (why, with the index and the digests). It no longer votes or serves.
+    #[serde(default)]
+    pub fenced: Option<String>,
+    /// The digest claims this node made, sent, proposed and saw confirmed (`crate::claims`).
+    #[serde(default)]
+    pub claims: crate::claims::ClaimCounters,
     /// The Raft log's writer counters since this process opened it (fdatasyncs and what they
     /// covered).
     #[serde(default)]

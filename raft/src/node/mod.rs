@@ -2,19 +2,29 @@
 //! verdict, openraft over [`crate::net`], and the server on one TCP port.
 //!
 //! Start-up order, and why:
-//! 1. Open the snapshot and the log with [`LogStore::open_verified`]: the log after the
+//! 1. A `FENCED` file in the data directory ([`crate::fence`]) refuses at once
+//!    ([`Started::Fenced`]): this node found its state different from a majority's while it
+//!    ran, and an operator decides (restore it from a healthy replica, then delete the file).
+//! 2. Open the snapshot and the log with [`LogStore::open_verified`]: the log after the
 //!    snapshot is replayed through the apply function and compared with the checkpoints the
-//!    online path recorded. DIVERGENT → [`start_role`] refuses: this node must not vote or
-//!    lead (docs/invariants.md I8), so Raft is never started and [`Started::Refused`] says why.
-//! 2. Bind the port before Raft starts, so the address peers were given is ours.
-//! 3. Start openraft with the TCP network; `--initialize` makes the membership of every node
-//!    named (this one and its peers) on a fresh cluster (a no-op when already initialized).
-//! 4. Serve the port (see [`server`]).
+//!    online path recorded and with the digests a majority of the voters claimed. DIVERGENT →
+//!    [`start_role`] refuses: this node must not vote or lead (docs/invariants.md I8), so Raft
+//!    is never started and [`Started::Refused`] says why.
+//! 3. Bind the port before Raft starts, so the address peers were given is ours.
+//! 4. Start openraft with the TCP network, the state machine claiming its digest at every
+//!    claim index and comparing the claims it applies (`crate::claims`; [`claims`] sends them);
+//!    `--initialize` makes the membership of every node named (this one and its peers) on a
+//!    fresh cluster (a no-op when already initialized).
+//! 5. Serve the port (see [`server`]).
 
+pub mod claims;
 pub mod server;
 
+use crate::fence::Fence;
 use crate::net::transport::{Partition, TcpNetFactory};
-use crate::{log_options, start_role, LogStore, StartRole, StateMachineStore, StateVerdict, TypeConfig};
+use crate::{
+    log_options, start_role, ClaimConfig, LogStore, StartRole, StateMachineStore, StateVerdict, TypeConfig,
+};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use std::collections::BTreeMap;
 use std::io;
@@ -52,7 +62,9 @@ pub struct NodeConfig {
     /// Entries kept below a snapshot when purging (a lagging follower catches up from the log
     /// instead of needing a snapshot install).
     pub keep_logs: u64,
-    /// Record a checkpoint (the state digest) into the log after this many applied commands.
+    /// Claim indexes are the multiples of this (`crate::claims`): after each, the node claims
+    /// its state digest in the replicated log (and records it as a local checkpoint once a
+    /// majority confirmed it). Must be larger than the number of voters.
     pub checkpoint_every: u64,
     /// How long a client write may wait for its commit before it is answered Indeterminate.
     pub write_timeout: Duration,
@@ -117,6 +129,10 @@ pub enum Started {
     Refused {
         why: String,
     },
+    /// The data directory holds a `FENCED` file (its first line in `why`): nothing was opened.
+    Fenced {
+        why: String,
+    },
 }
 
 /// A node serving its port.
@@ -125,19 +141,35 @@ pub struct RunningNode {
     pub raft: RaftNode,
     pub addr: SocketAddr,
     pub verdict: StateVerdict,
+    /// Set once this node fenced itself (`crate::fence`).
+    pub fence: Fence,
     server: tokio::task::JoinHandle<()>,
+    claimer: tokio::task::JoinHandle<()>,
 }
 
 impl RunningNode {
     /// Stops serving and shuts openraft down (the log is closed when its store is dropped).
     pub async fn shutdown(self) -> io::Result<()> {
         self.server.abort();
+        self.claimer.abort();
         self.raft.shutdown().await.map_err(|e| io::Error::other(format!("shutdown: {e}")))
     }
 }
 
 /// Opens the data directory and, unless the state verdict refuses, starts the node.
 pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
+    if let Some(why) = crate::fence::read(&cfg.data_dir)? {
+        return Ok(Started::Fenced { why });
+    }
+    let voters = cfg.peers.len() as u64 + 1;
+    if cfg.checkpoint_every <= voters {
+        // Each claim index adds up to one claim entry per voter after it: with an interval that
+        // short, claims alone would reach the next claim index and never stop.
+        return Err(io::Error::other(format!(
+            "checkpoint_every {} must be larger than the number of voters ({voters})",
+            cfg.checkpoint_every
+        )));
+    }
     let log_dir = cfg.data_dir.join("log");
     let sm_dir = cfg.data_dir.join("sm");
     let opts = log_options(cfg.segment_len_bytes);
@@ -149,8 +181,17 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         log.close()?;
         return Ok(Started::Refused { why });
     }
-    let sm =
-        StateMachineStore::open(Some(&sm_dir))?.with_checkpoints(log.checkpointer(), cfg.checkpoint_every);
+    let fence = Fence::new(&cfg.data_dir);
+    let claims = Arc::new(claims::Claims::new(cfg.id, fence.clone()));
+    let (claim_tx, claim_rx) = tokio::sync::mpsc::channel(claims::CLAIM_QUEUE);
+    let sm = StateMachineStore::open(Some(&sm_dir))?
+        .with_checkpoints(log.checkpointer(), cfg.checkpoint_every)
+        .with_claims(ClaimConfig {
+            node: cfg.id,
+            sink: claim_tx,
+            fence: fence.clone(),
+            stats: claims.stats.clone(),
+        });
     let io_stats = log.io_stats_handle();
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
@@ -178,15 +219,17 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     let ctx = server::Ctx {
         raft: raft.clone(),
         id: cfg.id,
-        partition,
+        partition: partition.clone(),
         allow_faults: cfg.allow_faults,
         write_timeout: cfg.write_timeout,
         io_stats,
         max_frame,
         forward_pool: Default::default(),
+        claims: claims.clone(),
     };
+    let claimer = tokio::spawn(claims::run(raft.clone(), claims, claim_rx, partition, max_frame));
     let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));
-    Ok(Started::Running(RunningNode { raft, addr, verdict, server }))
+    Ok(Started::Running(RunningNode { raft, addr, verdict, fence, server, claimer }))
 }
 
 #[cfg(test)]

@@ -14,6 +14,9 @@
 //!   write was itself forwarded, the answer is a `Redirect` to the leader, as before; when the
 //!   connection fails after the write was sent, `Indeterminate` (it may have been appended).
 //! - Admin requests read this node's metrics and applied state.
+//! - A follower's digest claim is proposed if this node leads (`node/claims.rs`). A node that
+//!   fenced itself answers only metrics and the partition switch: a write is Rejected (nothing
+//!   was appended here), everything else an error naming the fence.
 
 use crate::net::chunks::{self, Chunk, Incoming};
 use crate::net::frame::{read_frame, read_frame_max, write_frame, write_frame_max};
@@ -41,6 +44,8 @@ pub struct Ctx {
     pub max_frame: usize,
     /// Idle connections to other nodes' ports, for forwarded writes.
     pub forward_pool: tokio::sync::Mutex<std::collections::HashMap<String, Vec<TcpStream>>>,
+    /// Digest claims (`node/claims.rs`) and this node's fence.
+    pub claims: Arc<crate::node::claims::Claims>,
 }
 
 /// Accepts connections until the task is aborted.
@@ -83,6 +88,11 @@ async fn connection(mut s: TcpStream, ctx: &Ctx) -> io::Result<()> {
 
 async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incoming>) -> Reply {
     let raft = &ctx.raft;
+    if let Some(why) = ctx.claims.fence.reason() {
+        if let Some(r) = crate::node::claims::fenced_reply(&msg, ctx.id, why) {
+            return r;
+        }
+    }
     match msg {
         Msg::AppendEntries(head) => Reply::AppendEntries(match crate::net::append::decode(head, &tail) {
             Ok(rpc) => raft.append_entries(rpc).await.map_err(|e| e.to_string()),
@@ -112,6 +122,10 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incomi
         } else {
             Err("the partition switch is for tests: start the node with --allow-faults".into())
         }),
+        Msg::Claim(c) => Reply::Claim(crate::node::claims::propose(raft, &ctx.claims, c).await),
+        Msg::AlterState { command } => {
+            Reply::Altered(crate::node::claims::alter(raft, ctx.id, ctx.allow_faults, &command).await)
+        }
     }
 }
 
@@ -248,6 +262,8 @@ async fn metrics(ctx: &Ctx) -> NodeMetrics {
         purged: m.purged.map(|l| l.index),
         partitioned: ctx.partition.is_on(),
         fatal,
+        fenced: ctx.claims.fence.reason().map(str::to_string),
+        claims: ctx.claims.stats.get(),
         io: ctx.io_stats.get(),
     }
 }

@@ -162,6 +162,27 @@ impl Cluster {
         let _ = c.wait();
     }
 
+    /// SIGTERM and wait (bounded): the exit status.
+    pub fn stop_status(&mut self, id: u64) -> std::process::ExitStatus {
+        let _ = Command::new("kill").arg("-TERM").arg(self.children[&id].id().to_string()).status();
+        self.wait_exit(id)
+    }
+
+    /// Waits (bounded) for the node's process to exit by itself: its exit status.
+    pub fn wait_exit(&mut self, id: u64) -> std::process::ExitStatus {
+        let mut c = self.children.remove(&id).unwrap();
+        let t = Instant::now();
+        while t.elapsed() < WAIT {
+            if let Some(s) = c.try_wait().unwrap() {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        panic!("node {id} did not exit within {WAIT:?}\n{}", self.outputs(&[id]));
+    }
+
     pub fn stop_all(&mut self) {
         let ids: Vec<u64> = self.children.keys().copied().collect();
         for id in ids {
@@ -229,6 +250,71 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("nodes {ids:?} did not converge at or past {at_least}: {last:#?}\n{}", self.outputs(ids));
+    }
+}
+
+impl Cluster {
+    /// No node among `ids` has seen digest claims disagree since it started (replays of the
+    /// log included): what a run without any fault in the state must show.
+    pub async fn no_claims_disagreed(&self, ids: &[u64]) {
+        for id in ids {
+            let m = self.metrics(*id).await.unwrap_or_else(|| panic!("node {id} did not answer metrics"));
+            assert_eq!(
+                m.claims.split,
+                0,
+                "node {id} saw claims disagree: {:?}\n{}",
+                m.claims,
+                self.outputs(ids)
+            );
+            assert!(!self.output(*id).contains("DIGEST CLAIMS DISAGREE"), "node {id}\n{}", self.outputs(ids));
+        }
+    }
+
+    /// The claim interval the nodes run with (`--checkpoint-every`).
+    pub fn claim_every(&self) -> u64 {
+        let at = self.extra.iter().position(|e| e == "--checkpoint-every");
+        at.and_then(|i| self.extra.get(i + 1)).map_or(8, |v| v.parse().unwrap())
+    }
+
+    /// Every node in `ids` (all running) compares digests and none is fenced: after twice the
+    /// claim interval of writes, each one had its digest confirmed by a majority's claims at a
+    /// claim index it had not reached before (so the comparison ran after whatever the test did
+    /// to it, and found nothing), none saw claims disagree meanwhile, none fenced itself.
+    pub async fn none_fenced(&self, ids: &[u64]) {
+        let mut before = Vec::new();
+        for id in ids {
+            let m = self.metrics(*id).await.unwrap_or_else(|| panic!("node {id} did not answer metrics"));
+            before.push((m.claims.confirmed, m.claims.split));
+        }
+        let c = self.client(ids);
+        let tag = self.metrics(ids[0]).await.and_then(|m| m.last_applied).unwrap_or(0);
+        for i in 0..2 * self.claim_every() {
+            let r = c.write(&create(&format!("probe-{tag}-{i}"))).await;
+            assert!(created_id(&r).is_some(), "{r:?}");
+        }
+        let t = Instant::now();
+        for (id, (confirmed, split)) in ids.iter().zip(before) {
+            let m = loop {
+                let m = self.metrics(*id).await;
+                if m.as_ref().is_some_and(|m| m.claims.confirmed > confirmed || m.fenced.is_some())
+                    || t.elapsed() > WAIT
+                {
+                    break m;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            let m = m.unwrap_or_else(|| panic!("node {id} did not answer metrics"));
+            assert_eq!(m.fenced, None, "node {id} fenced itself in a healthy run\n{}", self.outputs(ids));
+            assert!(
+                m.claims.confirmed > confirmed,
+                "node {id} had no claim confirmed after {} writes: {:?}\n{}",
+                2 * self.claim_every(),
+                m.claims,
+                self.outputs(ids)
+            );
+            assert_eq!(m.claims.split, split, "node {id} saw claims disagree: {:?}", m.claims);
+            assert!(!self.data(*id).join(wal_raft::fence::FENCE_FILE).exists());
+        }
     }
 }
 
