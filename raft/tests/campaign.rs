@@ -84,8 +84,22 @@ const CATCH_UP: Duration = Duration::from_secs(60);
 /// Bound of the final convergence (a hang bound, not a measurement).
 const CONVERGE: Duration = Duration::from_secs(180);
 
-/// The committed summary, from the workspace root.
+/// The committed summary and the docs that quote it, from the workspace root.
 const SUMMARY_FILE: &str = "docs/campaign-summary.txt";
+const DOCS_FILE: &str = "docs/fault-campaign.md";
+/// Figures the docs must quote (more may be).
+const QUOTED: [&str; 10] = [
+    "seed",
+    "fault_phase_s",
+    "commit",
+    "faults.total",
+    "writes.committed",
+    "writes.indeterminate",
+    "checks.creates_lost",
+    "checks.entities_wrong",
+    "end.digests",
+    "verdict",
+];
 
 fn node_flags() -> Vec<String> {
     let t = TIMING;
@@ -744,6 +758,23 @@ fn the_answers_say_what_each_entity_must_be() {
     // A retry under the same request id answered Duplicate: the first index, applied once.
     let dup = record(Op::Create, "z", None, committed(31, wal_raft::Response::Duplicate { first_index: 30 }));
     assert_eq!(expect(&[&dup]).possible, vec![Possible::Live { id: Some(30), version: 1 }]);
+}
+
+/// docs/fault-campaign.md quotes the committed summary's figures; each must be the file's.
+#[test]
+fn the_docs_quote_the_committed_campaign_summary() {
+    let root = workspace_root();
+    let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let text = read(SUMMARY_FILE);
+    let figures = summary::parse(&text).unwrap_or_else(|e| panic!("{SUMMARY_FILE}: {e}"));
+    let md = read(DOCS_FILE);
+    let differ = summary::docs_differ(&md, &figures);
+    assert!(differ.is_empty(), "{DOCS_FILE} against {SUMMARY_FILE}:\n{}", differ.join("\n"));
+    let quoted: Vec<String> = summary::quoted(&md).into_iter().map(|q| q.1).collect();
+    for k in QUOTED {
+        assert!(quoted.iter().any(|q| q == k), "{DOCS_FILE} does not quote `{k}`");
+    }
+    assert_eq!(figures.get("verdict").map(String::as_str), Some("PASS"), "the committed run failed");
 }
 
 #[test]
