@@ -1,6 +1,6 @@
 //! Three real `walraft-node` processes on loopback (the binary cargo built), shared by the
-//! process tests (`processes.rs`, `double_kill.rs`). Every wait is bounded; every child is
-//! killed when its cluster is dropped (also when an assertion fails).
+//! process tests (`processes.rs`, `double_kill.rs`, `campaign.rs`). Every wait is bounded; every
+//! child is killed when its cluster is dropped (also when an assertion fails).
 
 // Each test binary that includes this module uses a different part of it.
 #![allow(dead_code)]
@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use wal_raft::client::Client;
 use wal_raft::net::wire::{NodeMetrics, WriteReply};
@@ -17,6 +17,7 @@ use wal_raft::Response;
 pub const BIN: &str = env!("CARGO_BIN_EXE_walraft-node");
 pub const WAIT: Duration = Duration::from_secs(20);
 
+#[derive(Debug)]
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub addrs: BTreeMap<u64, String>,
@@ -147,19 +148,21 @@ impl Cluster {
         assert!(s.success(), "kill -{signal} node {id}: {s}");
     }
 
-    /// SIGTERM and wait (bounded; SIGKILL after 10 s).
-    pub fn stop(&mut self, id: u64) {
+    /// SIGTERM and wait (bounded; SIGKILL after 10 s). The exit status of a stop that ended
+    /// by itself; `None` when it had to be killed.
+    pub fn stop(&mut self, id: u64) -> Option<ExitStatus> {
         let mut c = self.children.remove(&id).unwrap();
         let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(10) {
-            if c.try_wait().unwrap().is_some() {
-                return;
+            if let Some(s) = c.try_wait().unwrap() {
+                return Some(s);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = c.kill();
         let _ = c.wait();
+        None
     }
 
     /// SIGTERM and wait (bounded): the exit status.
@@ -183,11 +186,30 @@ impl Cluster {
         panic!("node {id} did not exit within {WAIT:?}\n{}", self.outputs(&[id]));
     }
 
-    pub fn stop_all(&mut self) {
+    /// Stops every running node; what each stop ended with ([`Cluster::stop`]).
+    pub fn stop_all(&mut self) -> Vec<(u64, Option<ExitStatus>)> {
         let ids: Vec<u64> = self.children.keys().copied().collect();
-        for id in ids {
-            self.stop(id);
+        ids.into_iter().map(|id| (id, self.stop(id))).collect()
+    }
+
+    /// Whether the node's process was started and not yet killed or stopped by the test.
+    pub fn running(&self, id: u64) -> bool {
+        self.children.contains_key(&id)
+    }
+
+    /// The nodes whose process ended on its own (not killed or stopped by the test), with
+    /// their status; they are no longer counted as running.
+    pub fn exited(&mut self) -> Vec<(u64, ExitStatus)> {
+        let mut out = Vec::new();
+        for (id, c) in &mut self.children {
+            if let Ok(Some(s)) = c.try_wait() {
+                out.push((*id, s));
+            }
         }
+        for (id, _) in &out {
+            self.children.remove(id);
+        }
+        out
     }
 
     pub fn client(&self, ids: &[u64]) -> Client {
