@@ -7,12 +7,16 @@
 //!   never logged), wrapped in the apply seam's envelope with the client's request id, and
 //!   proposed. Only a commit by a majority is acknowledged (`Committed`, with its index); a
 //!   proposal refused before it was appended is `Rejected`; a proposal that may be in some log
-//!   but is not known committed is `Indeterminate`.
+//!   but is not known committed is `Indeterminate`. A leader does not wait for a commit it can
+//!   no longer make: when it stops leading or its lease lapses while a write waits, the write is
+//!   answered at once ([`super::stall`]), not after the write timeout.
 //! - A follower that knows the leader forwards a client's write to it (same request id, marked
 //!   forwarded so it is never forwarded again) and answers with the leader's reply: the client
 //!   needs no second round trip. When the leader cannot be reached (nothing was sent), or the
 //!   write was itself forwarded, the answer is a `Redirect` to the leader, as before; when the
-//!   connection fails after the write was sent, `Indeterminate` (it may have been appended).
+//!   connection fails after the write was sent, or another node leads before the leader
+//!   answered (it may be stopped and never answer), `Indeterminate` (it may have been
+//!   appended).
 //! - Admin requests read this node's metrics and applied state.
 //! - A follower's digest claim is proposed if this node leads (`node/claims.rs`). A node that
 //!   fenced itself answers only metrics and the partition switch: a write is Rejected (nothing
@@ -22,7 +26,7 @@ use crate::net::chunks::{self, Chunk, Incoming};
 use crate::net::frame::{read_frame, read_frame_max, write_frame, write_frame_max};
 use crate::net::transport::Partition;
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
-use crate::node::RaftNode;
+use crate::node::{stall, RaftNode};
 use crate::{Request, StateMachineStore};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardReason, ForwardToLeader, RaftError};
@@ -39,6 +43,9 @@ pub struct Ctx {
     pub partition: Partition,
     pub allow_faults: bool,
     pub write_timeout: Duration,
+    /// The leader lease (openraft's: `election_timeout_max`): a leader no majority acknowledged
+    /// for this long answers its waiting writes at once ([`stall`]).
+    pub lease: Duration,
     pub io_stats: crate::IoStatsHandle,
     /// The largest frame this node reads or writes (`NodeConfig::max_frame_bytes`).
     pub max_frame: usize,
@@ -189,41 +196,68 @@ async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: 
         Err(e) => return WriteReply::Rejected { why: format!("not a catalog command: {e}"), retry: false },
     };
     let req = Request::command(&cmd, (request_id != 0).then_some(request_id));
-    match tokio::time::timeout(ctx.write_timeout, ctx.raft.client_write(req)).await {
-        Err(_) => WriteReply::Indeterminate {
+    let leading = stall::Leading::now(&ctx.raft);
+    let proposal = ctx.raft.client_write(req);
+    tokio::pin!(proposal);
+    let result = tokio::select! {
+        biased;
+        r = &mut proposal => r,
+        _ = tokio::time::sleep(ctx.write_timeout) => return WriteReply::Indeterminate {
             why: format!(
                 "not known committed within {:?}: the log decides its fate; retry with the same request id",
                 ctx.write_timeout
             ),
         },
-        Ok(Ok(r)) => WriteReply::Committed { index: r.log_id.index, outcome: r.data },
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-            let reply = forward(ctx, &f);
-            let WriteReply::Redirect { addr, .. } = &reply else { return reply };
-            if forwarded {
-                return reply;
-            }
-            let msg = Msg::Write { command: command_untrusted.to_vec(), request_id, forwarded: true };
-            match forward_to(ctx, addr, &msg).await {
-                Ok(w) => w,
-                // Nothing reached the leader: the client may try it itself.
-                Err((false, _)) => reply,
-                Err((true, e)) => WriteReply::Indeterminate {
+        why = stall::cannot_commit(&ctx.raft, leading, ctx.lease) => {
+            match tokio::time::timeout(stall::REFUSAL_GRACE, &mut proposal).await {
+                Ok(r) => r,
+                Err(_) => return WriteReply::Indeterminate {
                     why: format!(
-                        "forwarded to the leader at {addr}, then {e}: it may have been appended; retry with the same request id"
+                        "not known committed: {why}; it may be in this node's log, and a later leader decides its fate; retry at another node with the same request id"
                     ),
                 },
             }
         }
-        Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)))) => WriteReply::Indeterminate {
+    };
+    match result {
+        Ok(r) => WriteReply::Committed { index: r.log_id.index, outcome: r.data },
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            let reply = forward(ctx, &f);
+            let WriteReply::Redirect { leader, addr } = &reply else { return reply };
+            if forwarded {
+                return reply;
+            }
+            let msg = Msg::Write { command: command_untrusted.to_vec(), request_id, forwarded: true };
+            tokio::select! {
+                biased;
+                r = forward_to(ctx, addr, &msg) => match r {
+                    Ok(w) => w,
+                    // Nothing reached the leader: the client may try it itself.
+                    Err((false, _)) => reply,
+                    Err((true, e)) => WriteReply::Indeterminate {
+                        why: format!(
+                            "forwarded to the leader at {addr}, then {e}: it may have been appended; retry with the same request id"
+                        ),
+                    },
+                },
+                // A stopped or cut-off leader may never answer: once another leads, the write
+                // is retried there (by the client, with the same request id).
+                who = stall::leader_moved(&ctx.raft, *leader) => WriteReply::Indeterminate {
+                    why: format!(
+                        "forwarded to node {leader} at {addr}, then {who}: it may have been appended there; retry with the same request id"
+                    ),
+                },
+            }
+        }
+        Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => WriteReply::Indeterminate {
             why: format!("appended here, then this node adopted another leader's log ({f}); retry with the same request id"),
         },
         // A membership change or a conditional write (never sent from here): refused before
         // anything was appended.
-        Ok(Err(RaftError::APIError(
+        Err(RaftError::APIError(
             e @ (ClientWriteError::ChangeMembershipError(_) | ClientWriteError::PreconditionFailed(_)),
-        ))) => WriteReply::Rejected { why: e.to_string(), retry: false },
-        Ok(Err(RaftError::Fatal(f))) => {
+        )) => WriteReply::Rejected { why: e.to_string(), retry: false },
+        Err(RaftError::Fatal(f)) => {
             WriteReply::Indeterminate { why: format!("this node's raft stopped ({f}); retry elsewhere with the same request id") }
         }
     }
