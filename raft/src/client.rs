@@ -15,22 +15,25 @@
 //!
 //! **Deadlines.** A write is bounded by [`Client::write_deadline`] ([`WRITE_DEADLINE`], 20 s),
 //! each attempt at one node by a per-attempt deadline: [`Client::attempt_timeout`]
-//! ([`ATTEMPT_TIMEOUT`], 300 ms) the first time, doubled by every attempt of the same write that
-//! timed out, up to [`Client::call_timeout`] ([`CALL_TIMEOUT`], 10 s, also the bound of an admin
-//! call). Why 300 ms: a live leader
-//! answers a write within one fdatasync and one round trip to a follower, a few milliseconds
-//! (tens under load); a leader that has not answered in 300 ms is probably stopped or cut off,
-//! and the followers cannot have replaced it yet (they wait out its lease, the election timeout's
-//! maximum, 800 ms by default, before they elect another). So the client leaves a silent node
-//! before a new leader can exist and is already waiting at another node when one is elected;
-//! that node forwards the write to the new leader (a follower answers a write it forwarded to a
-//! leader that is no longer its leader at once, `Indeterminate`, and the retry goes to the new
-//! one). A shorter deadline would retry live but slow leaders for nothing; the doubling keeps a
-//! loaded cluster whose writes take longer than 300 ms from being retried forever. A node that
-//! did not answer in time or could not be reached is skipped by the rest of the write's
-//! attempts until every node has been. An attempt that timed out may have been appended: it
-//! counts as sent. (Before, an attempt waited for the whole call timeout, 10 s: a stopped leader
-//! held every client's write until it resumed.)
+//! ([`ATTEMPT_TIMEOUT`], 300 ms) at first, doubled at a node each time an attempt of the same
+//! write timed out there, up to [`Client::call_timeout`] ([`CALL_TIMEOUT`], 10 s, also the bound
+//! of an admin call). Why 300 ms: a live leader answers a write within one fdatasync and one
+//! round trip to a follower, a few milliseconds (tens under load); a leader that has not
+//! answered in 300 ms is probably stopped or cut off, and the followers cannot have replaced it
+//! yet (they wait out its lease, the election timeout's maximum, 800 ms by default, before they
+//! elect another). So the client leaves a silent node before a new leader can exist and is
+//! waiting at another node when one is elected; that node forwards the write to the new leader
+//! (a follower answers a write it forwarded to a leader that is no longer its leader at once,
+//! `Indeterminate`, and the retry goes to the new one). Keep it below the cluster's minimum
+//! election timeout. A shorter deadline would retry live but slow leaders for nothing; the
+//! doubling keeps a loaded cluster whose writes take longer than 300 ms from being retried
+//! forever, and being per node, it does not make a later first visit to a silent node cost
+//! more (a follower waiting for the election may time out too, then the stopped leader's turn
+//! would have cost twice as much). A node that did not answer in time or could not be reached
+//! is skipped by the rest of the write's attempts until it answers again or every node has
+//! failed so. An attempt that timed out may have been appended: it counts as sent. (Before, an
+//! attempt waited for the whole call timeout, 10 s: a stopped leader held every client's write
+//! until it resumed.)
 //!
 //! One request at a time per `Client` (it keeps one connection per node); use one per
 //! concurrent caller.
@@ -102,13 +105,15 @@ fn id_seed() -> u64 {
 
 /// Where the attempts of one write go: first the node that last committed a write of ours (or
 /// the first address), then the others in turn, skipping the nodes that did not answer in time
-/// or could not be reached in this write until every node has failed so.
+/// or could not be reached in this write until they answer again or every node has failed so.
 struct Route<'a> {
     addrs: &'a [String],
     target: String,
     /// The position in `addrs` the next turn starts after.
     at: usize,
     suspects: HashSet<String>,
+    /// How many attempts timed out at each node (never forgiven within the write).
+    timeouts: HashMap<String, u32>,
 }
 
 impl<'a> Route<'a> {
@@ -117,7 +122,7 @@ impl<'a> Route<'a> {
         // A hint not among the addresses (a redirect's address): the first turn goes to the
         // first address.
         let at = addrs.iter().position(|a| *a == target).unwrap_or(addrs.len().saturating_sub(1));
-        Route { addrs, target, at, suspects: HashSet::new() }
+        Route { addrs, target, at, suspects: HashSet::new(), timeouts: HashMap::new() }
     }
 
     /// The current target failed in a way that says the node itself is gone or silent.
@@ -125,11 +130,26 @@ impl<'a> Route<'a> {
         self.suspects.insert(self.target.clone());
     }
 
+    /// An attempt at the current target timed out.
+    fn timed_out(&mut self) {
+        *self.timeouts.entry(self.target.clone()).or_default() += 1;
+    }
+
+    fn timeouts_at_target(&self) -> u32 {
+        self.timeouts.get(&self.target).copied().unwrap_or(0)
+    }
+
+    /// The current target answered: it is alive, whatever it said.
+    fn answered(&mut self) {
+        self.suspects.remove(&self.target);
+    }
+
     fn is_suspect(&self, addr: &str) -> bool {
         self.suspects.contains(addr)
     }
 
-    /// The next node that is not suspect; when every one is, they are all forgiven.
+    /// The next node that is not suspect (the current one only when no other is); when every
+    /// one is, they are all forgiven.
     fn rotate(&mut self) {
         let n = self.addrs.len();
         if n == 0 {
@@ -234,7 +254,7 @@ impl Client {
         }
     }
 
-    /// The deadline of a write's attempt after `timeouts` of its attempts timed out.
+    /// The deadline of a write's attempt at a node where `timeouts` of its attempts timed out.
     fn attempt_bound(&self, timeouts: u32) -> Duration {
         self.attempt_timeout.saturating_mul(1 << timeouts.min(16)).min(self.call_timeout)
     }
@@ -254,7 +274,6 @@ impl Client {
         let hint = self.leader.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut route = Route::new(&self.addrs, hint);
         let mut redirects = 0u32;
-        let mut timeouts = 0u32;
         let mut last = WriteReply::Rejected {
             why: "unavailable: no attempt was made within the write deadline".into(),
             retry: true,
@@ -268,9 +287,13 @@ impl Client {
             if left.is_zero() {
                 break;
             }
-            let bound = self.attempt_bound(timeouts).min(left);
+            let bound = self.attempt_bound(route.timeouts_at_target()).min(left);
             let mut wait = true;
-            match self.write_attempt(&route.target, command, request_id, bound).await {
+            let attempt = self.write_attempt(&route.target, command, request_id, bound).await;
+            if attempt.is_ok() {
+                route.answered();
+            }
+            match attempt {
                 Ok(WriteReply::Redirect { addr, .. }) if !route.is_suspect(&addr) => {
                     // The first redirect is followed at once; after that a short pause: two
                     // nodes with stale views must not bounce a request between them at full
@@ -330,7 +353,7 @@ impl Client {
                     // Sent, then no reply (in time): it may have been appended there.
                     maybe_appended = true;
                     if error.kind() == io::ErrorKind::TimedOut {
-                        timeouts += 1;
+                        route.timed_out();
                         wait = false;
                     }
                     last = WriteReply::Indeterminate { why: error.to_string() };
@@ -428,10 +451,26 @@ mod tests {
         assert_eq!(r.target, "a");
         r.rotate();
         assert_eq!(r.target, "c");
-        // Every node failed: all are forgiven, and the turns go on.
+        // "c" does not answer either; "a" answers (say, "no leader yet"): the turns stay with
+        // it, the one node known alive.
         r.suspect();
         r.rotate();
         assert_eq!(r.target, "a");
+        r.answered();
+        r.rotate();
+        assert_eq!(r.target, "a");
+        // "b" answers again: it is back in the turns.
+        r.target = "b".into();
+        r.at = 1;
+        r.answered();
+        r.rotate();
+        assert_eq!(r.target, "a");
+        r.rotate();
+        assert_eq!(r.target, "b");
+        // Every node failed: all are forgiven, and the turns go on.
+        r.suspect();
+        r.target = "a".into();
+        r.at = 0;
         r.suspect();
         r.rotate();
         assert!(r.suspects.is_empty());
@@ -448,8 +487,16 @@ mod tests {
     }
 
     #[test]
-    fn an_attempt_deadline_doubles_with_each_timeout_up_to_the_call_timeout() {
-        let c = Client::new(addrs());
+    fn an_attempt_deadline_doubles_with_each_timeout_at_a_node_up_to_the_call_timeout() {
+        let addrs = addrs();
+        let c = Client::new(addrs.clone());
+        // Counted per node: a first visit to another node gets the first deadline.
+        let mut r = Route::new(&addrs, None);
+        r.timed_out();
+        r.timed_out();
+        assert_eq!(c.attempt_bound(r.timeouts_at_target()), Duration::from_millis(1200));
+        r.rotate();
+        assert_eq!(c.attempt_bound(r.timeouts_at_target()), ATTEMPT_TIMEOUT);
         let bounds: Vec<u64> = (0..8).map(|t| c.attempt_bound(t).as_millis() as u64).collect();
         assert_eq!(bounds, [300, 600, 1200, 2400, 4800, 9600, 10_000, 10_000]);
         assert_eq!(c.attempt_bound(u32::MAX), CALL_TIMEOUT);
