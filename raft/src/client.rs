@@ -434,56 +434,48 @@ mod tests {
 
     #[test]
     fn a_route_starts_at_the_hint_and_skips_silent_nodes_until_all_were() {
+        /// The next `n` targets.
+        fn turns(r: &mut Route, n: usize) -> Vec<String> {
+            (0..n)
+                .map(|_| {
+                    r.rotate();
+                    r.target.clone()
+                })
+                .collect()
+        }
+        /// Makes `addr` (the `at`-th address) the target.
+        fn at(r: &mut Route, addr: &str, at: usize) {
+            r.target = addr.into();
+            r.at = at;
+        }
         let addrs = addrs();
         let mut r = Route::new(&addrs, Some("b".into()));
         assert_eq!(r.target, "b");
-        r.rotate();
-        assert_eq!(r.target, "c");
-        r.rotate();
-        assert_eq!(r.target, "a");
+        assert_eq!(turns(&mut r, 2), ["c", "a"]);
         // "b" did not answer: the turns go around it.
-        r.target = "b".into();
-        r.at = 1;
+        at(&mut r, "b", 1);
         r.suspect();
-        r.rotate();
-        assert_eq!(r.target, "c");
-        r.rotate();
-        assert_eq!(r.target, "a");
-        r.rotate();
-        assert_eq!(r.target, "c");
+        assert_eq!(turns(&mut r, 3), ["c", "a", "c"]);
         // "c" does not answer either; "a" answers (say, "no leader yet"): the turns stay with
         // it, the one node known alive.
         r.suspect();
-        r.rotate();
-        assert_eq!(r.target, "a");
+        assert_eq!(turns(&mut r, 1), ["a"]);
         r.answered();
-        r.rotate();
-        assert_eq!(r.target, "a");
+        assert_eq!(turns(&mut r, 1), ["a"]);
         // "b" answers again: it is back in the turns.
-        r.target = "b".into();
-        r.at = 1;
+        at(&mut r, "b", 1);
         r.answered();
-        r.rotate();
-        assert_eq!(r.target, "a");
-        r.rotate();
-        assert_eq!(r.target, "b");
+        assert_eq!(turns(&mut r, 2), ["a", "b"]);
         // Every node failed: all are forgiven, and the turns go on.
         r.suspect();
-        r.target = "a".into();
-        r.at = 0;
+        at(&mut r, "a", 0);
         r.suspect();
-        r.rotate();
+        assert_eq!(turns(&mut r, 1), ["b"]);
         assert!(r.suspects.is_empty());
-        assert_eq!(r.target, "b");
         // A hint that is not one of the addresses (a redirect's): the first turn is the first
         // address; no address at all: nothing to turn to.
-        let mut r = Route::new(&addrs, Some("elsewhere".into()));
-        r.rotate();
-        assert_eq!(r.target, "a");
-        let none: Vec<String> = Vec::new();
-        let mut r = Route::new(&none, None);
-        r.rotate();
-        assert_eq!(r.target, "");
+        assert_eq!(turns(&mut Route::new(&addrs, Some("elsewhere".into())), 1), ["a"]);
+        assert_eq!(turns(&mut Route::new(&[], None), 1), [""]);
     }
 
     #[test]
