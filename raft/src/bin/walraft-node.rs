@@ -50,8 +50,8 @@ enum Cmd {
         /// A node's address (repeat: the client finds the leader).
         #[arg(long = "node", required = true)]
         nodes: Vec<String>,
-        /// A write attempt's first deadline at one node; doubled after each attempt of the
-        /// write that timed out (see `wal_raft::client`). Keep it below the cluster's
+        /// A write attempt's first deadline at one node; doubled at a node after each attempt
+        /// of the write that timed out there (see `wal_raft::client`). Keep it below the cluster's
         /// `--election-min-ms`, so that a stopped leader is left before another is elected.
         #[arg(long, default_value_t = wal_raft::client::ATTEMPT_TIMEOUT.as_millis() as u64)]
         attempt_timeout_ms: u64,
