@@ -224,6 +224,8 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         allow_faults: cfg.allow_faults,
         write_timeout: cfg.write_timeout,
         lease: Duration::from_millis(cfg.election_max_ms),
+        contact: Default::default(),
+        leader_silence: stall::silence(Duration::from_millis(cfg.heartbeat_ms)),
         io_stats,
         max_frame,
         forward_pool: Default::default(),

@@ -14,9 +14,10 @@
 //!   forwarded so it is never forwarded again) and answers with the leader's reply: the client
 //!   needs no second round trip. When the leader cannot be reached (nothing was sent), or the
 //!   write was itself forwarded, the answer is a `Redirect` to the leader, as before; when the
-//!   connection fails after the write was sent, or another node leads before the leader
-//!   answered (it may be stopped and never answer), `Indeterminate` (it may have been
-//!   appended).
+//!   connection fails after the write was sent, or another node leads or the leader falls
+//!   silent before it answered (it may be stopped and never answer), `Indeterminate` (it may
+//!   have been appended). A follower whose leader has been silent for three heartbeats does not
+//!   forward: `Rejected`, retry ([`super::stall`]).
 //! - Admin requests read this node's metrics and applied state.
 //! - A follower's digest claim is proposed if this node leads (`node/claims.rs`). A node that
 //!   fenced itself answers only metrics and the partition switch: a write is Rejected (nothing
@@ -46,6 +47,10 @@ pub struct Ctx {
     /// The leader lease (openraft's: `election_timeout_max`): a leader no majority acknowledged
     /// for this long answers its waiting writes at once ([`stall`]).
     pub lease: Duration,
+    /// When a leader's message last arrived, and how long a silence means a stalled leader
+    /// ([`stall::silence`]): a follower does not forward to a silent leader.
+    pub contact: stall::Contact,
+    pub leader_silence: Duration,
     pub io_stats: crate::IoStatsHandle,
     /// The largest frame this node reads or writes (`NodeConfig::max_frame_bytes`).
     pub max_frame: usize,
@@ -102,12 +107,17 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incomi
     }
     match msg {
         Msg::AppendEntries(head) => Reply::AppendEntries(match crate::net::append::decode(head, &tail) {
-            Ok(rpc) => raft.append_entries(rpc).await.map_err(|e| e.to_string()),
+            Ok(rpc) => {
+                // Only a leader sends these: evidence that it runs and reaches this node.
+                ctx.contact.touch();
+                raft.append_entries(rpc).await.map_err(|e| e.to_string())
+            }
             Err(e) => Err(e.to_string()),
         }),
         Msg::Vote(rpc) => Reply::Vote(raft.vote(rpc).await.map_err(|e| e.to_string())),
         Msg::PreVote(rpc) => Reply::Vote(raft.pre_vote(rpc).await.map_err(|e| e.to_string())),
         Msg::SnapshotChunk { vote, meta, offset, total } => {
+            ctx.contact.touch();
             let got = offset + tail.len() as u64;
             match chunks::accept(incoming, Chunk { vote, meta, offset, total, data: tail }) {
                 Ok(None) => Reply::Chunk(Ok(got)),
@@ -227,6 +237,14 @@ async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: 
             if forwarded {
                 return reply;
             }
+            if let Some(silent) = ctx.contact.silent_for(ctx.leader_silence) {
+                return WriteReply::Rejected {
+                    why: format!(
+                        "not forwarded: the leader (node {leader}) has sent this node nothing for {silent:?}, it may be stopped or cut off; retry"
+                    ),
+                    retry: true,
+                };
+            }
             let msg = Msg::Write { command: command_untrusted.to_vec(), request_id, forwarded: true };
             tokio::select! {
                 biased;
@@ -240,13 +258,11 @@ async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: 
                         ),
                     },
                 },
-                // A stopped or cut-off leader may never answer: once another leads, the write
-                // is retried there (by the client, with the same request id).
-                who = stall::leader_moved(&ctx.raft, *leader) => WriteReply::Indeterminate {
-                    why: format!(
-                        "forwarded to node {leader} at {addr}, then {who}: it may have been appended there; retry with the same request id"
-                    ),
-                },
+                // A stopped or cut-off leader may never answer: once another leads or it falls
+                // silent, the write is retried elsewhere (by the client, with the same request
+                // id).
+                why = stall::leader_moved(&ctx.raft, *leader) => forwarded_then(*leader, addr, &why),
+                why = stall::falls_silent(&ctx.contact, ctx.leader_silence) => forwarded_then(*leader, addr, &why),
             }
         }
         Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => WriteReply::Indeterminate {
@@ -260,6 +276,15 @@ async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: 
         Err(RaftError::Fatal(f)) => {
             WriteReply::Indeterminate { why: format!("this node's raft stopped ({f}); retry elsewhere with the same request id") }
         }
+    }
+}
+
+/// The answer to a write forwarded to `leader`, which did not answer, because of `why`.
+fn forwarded_then(leader: u64, addr: &str, why: &str) -> WriteReply {
+    WriteReply::Indeterminate {
+        why: format!(
+            "forwarded to node {leader} at {addr}, then {why}: it may have been appended there; retry with the same request id"
+        ),
     }
 }
 

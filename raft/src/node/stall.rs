@@ -13,13 +13,20 @@
 //!   those already appended waiting: it never fails a write it appended until its entry is
 //!   truncated or purged.
 //! - **On a follower**, a write forwarded to the leader waits for the leader's answer. It stops
-//!   waiting when this node learns that another node leads (or leads itself): the one it
-//!   forwarded to is stopped or cut off, and may never answer.
+//!   waiting when this node learns that another node leads (or leads itself), or when the
+//!   leader falls silent: no append-entries (a heartbeat or entries) has reached this node for
+//!   [`silence`] (three heartbeat intervals). Either way the leader is stopped, paused or cut
+//!   off, and may never answer. A follower whose leader is silent does not forward a new write
+//!   to it at all: it answers Rejected at once (nothing was sent), so that the client tries
+//!   another node instead of waiting out its attempt deadline here and wandering to the stalled
+//!   leader again. The followers cannot elect another leader before the old one's lease (the
+//!   election timeout's maximum) has run out since its last heartbeat, which is longer: the
+//!   clients are at live nodes, retrying, when the new leader appears.
 //!
-//! The answer is then Indeterminate (the entry may be in the old leader's log); the client
-//! retries with the same request id, and the new leader applies it once (the apply seam's
-//! dedupe). A refusal that openraft gives at the same moment (the proposal was never appended)
-//! still wins: see [`REFUSAL_GRACE`].
+//! The answer to a write that was waiting is then Indeterminate (the entry may be in the old
+//! leader's log); the client retries with the same request id, and the new leader applies it
+//! once (the apply seam's dedupe). A refusal that openraft gives at the same moment (the
+//! proposal was never appended) still wins: see [`REFUSAL_GRACE`].
 
 use crate::node::RaftNode;
 use crate::TypeConfig;
@@ -33,6 +40,46 @@ use std::time::Duration;
 /// but its answer may trail the metrics by a moment, and a refusal (never appended) is a more
 /// precise answer than Indeterminate.
 pub const REFUSAL_GRACE: Duration = Duration::from_millis(50);
+
+/// How long a leader may send this node nothing before a follower takes it for stalled: three
+/// heartbeat intervals. openraft sends a follower append-entries at least once per heartbeat
+/// interval (a heartbeat when no entries went out), so three missed in a row is no jitter.
+pub fn silence(heartbeat: Duration) -> Duration {
+    heartbeat.saturating_mul(3)
+}
+
+/// When this node last received append-entries or a snapshot chunk, which only a leader sends:
+/// a follower's evidence that its leader is running and can reach it.
+#[derive(Debug, Default)]
+pub struct Contact(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl Contact {
+    /// A leader's message arrived.
+    pub fn touch(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+    }
+
+    /// How long no leader's message arrived, when that is at least `threshold`; `None` when
+    /// one came more recently, or none ever did (no evidence either way).
+    pub fn silent_for(&self, threshold: Duration) -> Option<Duration> {
+        let last = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        last.map(|t| t.elapsed()).filter(|since| *since >= threshold)
+    }
+}
+
+/// Resolves, with why, once no leader's message has reached this node for `threshold`.
+pub async fn falls_silent(contact: &Contact, threshold: Duration) -> String {
+    loop {
+        if let Some(since) = contact.silent_for(threshold) {
+            return format!("the leader has sent this node nothing for {since:?}");
+        }
+        let last = *contact.0.lock().unwrap_or_else(|e| e.into_inner());
+        match last {
+            Some(t) => tokio::time::sleep(threshold.saturating_sub(t.elapsed())).await,
+            None => return std::future::pending().await,
+        }
+    }
+}
 
 /// This node's leadership when a write was proposed: its term if it was leading.
 #[derive(Clone, Copy, Debug)]
@@ -104,5 +151,27 @@ pub async fn leader_moved(raft: &RaftNode, from: u64) -> String {
         if changes.changed().await.is_err() {
             return "this node's raft stopped".into();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_leader_is_silent_only_after_it_was_heard_and_then_not_for_the_threshold() {
+        let c = Contact::default();
+        assert_eq!(c.silent_for(Duration::ZERO), None, "never heard: no evidence either way");
+        c.touch();
+        assert_eq!(c.silent_for(Duration::from_secs(3600)), None);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(c.silent_for(Duration::from_millis(10)).is_some_and(|s| s >= Duration::from_millis(20)));
+        let why = tokio::time::timeout(Duration::from_secs(10), falls_silent(&c, Duration::from_millis(30)))
+            .await
+            .expect("the silence was not seen");
+        assert!(why.starts_with("the leader has sent this node nothing for"), "{why}");
+        c.touch();
+        assert_eq!(c.silent_for(Duration::from_secs(3600)), None, "heard again");
+        assert_eq!(silence(Duration::from_millis(100)), Duration::from_millis(300));
     }
 }
