@@ -22,18 +22,18 @@
 //! answered in 300 ms is probably stopped or cut off, and the followers cannot have replaced it
 //! yet (they wait out its lease, the election timeout's maximum, 800 ms by default, before they
 //! elect another). So the client leaves a silent node before a new leader can exist and is
-//! waiting at another node when one is elected; that node forwards the write to the new leader
-//! (a follower answers a write it forwarded to a leader that is no longer its leader at once,
-//! `Indeterminate`, and the retry goes to the new one). Keep it below the cluster's minimum
-//! election timeout. A shorter deadline would retry live but slow leaders for nothing; the
-//! doubling keeps a loaded cluster whose writes take longer than 300 ms from being retried
-//! forever, and being per node, it does not make a later first visit to a silent node cost
-//! more (a follower waiting for the election may time out too, then the stopped leader's turn
-//! would have cost twice as much). A node that did not answer in time or could not be reached
-//! is skipped by the rest of the write's attempts until it answers again or every node has
-//! failed so. An attempt that timed out may have been appended: it counts as sent. (Before, an
-//! attempt waited for the whole call timeout, 10 s: a stopped leader held every client's write
-//! until it resumed.)
+//! retrying at the live nodes when one is elected; its next attempt there is forwarded to the
+//! new leader. (The followers help: one that has heard nothing from its leader for three
+//! heartbeats refuses to forward to it, Rejected at once, and answers a write it had forwarded
+//! as soon as that leader falls silent or another leads: `node::stall`.) Keep the deadline
+//! below the cluster's minimum election timeout. A shorter one would retry live but slow
+//! leaders for nothing; the doubling keeps a loaded cluster whose writes take longer than
+//! 300 ms from being retried forever, and being per node it does not make the first visit to
+//! another node cost more. A node that did not answer in time or could not be reached is
+//! skipped by the rest of the write's attempts until it answers again or every node has failed
+//! so. An attempt that timed out may have been appended: it counts as sent. (Before, an attempt
+//! waited for the whole call timeout, 10 s: a stopped leader held every client's write until it
+//! resumed.)
 //!
 //! One request at a time per `Client` (it keeps one connection per node); use one per
 //! concurrent caller.

@@ -11,7 +11,7 @@
 //! ways out of a stall (a write attempt waited for the call timeout, 10 s by default; a leader
 //! answered a write it could not commit after its write timeout) cannot produce the
 //! acknowledgement in time, only the client's per-attempt deadline, the leader's lease watch and
-//! the followers' leader-change watch can.
+//! the followers' watch of their leader (silent, or replaced) can.
 
 mod support;
 
@@ -238,7 +238,8 @@ impl Fault {
     /// Where one write attempt (no retry, the long call timeout) is sent right after the fault,
     /// to see the nodes' half of the fix alone: a cut-off leader answers once its lease lapses
     /// (before, after its write timeout); a follower that forwarded a write to a stopped leader
-    /// answers once another leads (before, after its write timeout too).
+    /// answers once that leader falls silent or another leads (before, after its write timeout
+    /// too).
     fn probe_at(self, old: u64, follower: u64) -> u64 {
         match self {
             Fault::Partition => old,

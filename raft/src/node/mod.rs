@@ -19,7 +19,7 @@
 
 pub mod claims;
 pub mod server;
-mod stall;
+pub mod stall;
 
 use crate::fence::Fence;
 use crate::net::transport::{Partition, TcpNetFactory};
