@@ -9,20 +9,60 @@
 //! `Indeterminate`. An attempt that could not even connect sent nothing: a write none of whose
 //! attempts reached a node is `Rejected` as unavailable (`retry: true`), never `Indeterminate`
 //! ("connection refused" is not "maybe appended"); once one attempt may have been sent, the
-//! write can only end `Committed` or `Indeterminate`.
+//! write can only end `Committed` or `Indeterminate`. A retry that finds its request id already
+//! applied is the write's success: it is answered `Committed` at the index where the write
+//! first applied (its outcome `Duplicate` of that index), not at the retry's own no-op entry.
+//!
+//! **Deadlines.** A write is bounded by [`Client::write_deadline`] ([`WRITE_DEADLINE`], 20 s),
+//! each attempt at one node by a per-attempt deadline: [`Client::attempt_timeout`]
+//! ([`ATTEMPT_TIMEOUT`], 300 ms) at first, doubled at a node each time an attempt of the same
+//! write timed out there, up to [`Client::call_timeout`] ([`CALL_TIMEOUT`], 10 s, also the bound
+//! of an admin call). Why 300 ms: a live leader answers a write within one fdatasync and one
+//! round trip to a follower, a few milliseconds (tens under load); a leader that has not
+//! answered in 300 ms is probably stopped or cut off, and the followers cannot have replaced it
+//! yet (they wait out its lease, the election timeout's maximum, 800 ms by default, before they
+//! elect another). So the client leaves a silent node before a new leader can exist and is
+//! retrying at the live nodes when one is elected; its next attempt there is forwarded to the
+//! new leader. (The followers help: one that has heard nothing from its leader for three
+//! heartbeats refuses to forward to it, Rejected at once, and answers a write it had forwarded
+//! as soon as that leader falls silent or another leads: `node::stall`.) Keep the deadline
+//! below the cluster's minimum election timeout. A shorter one would retry live but slow
+//! leaders for nothing; the doubling keeps a loaded cluster whose writes take longer than
+//! 300 ms from being retried forever, and being per node it does not make the first visit to
+//! another node cost more. A node that did not answer in time or could not be reached is
+//! skipped by the rest of the write's attempts until it answers again or every node has failed
+//! so. An attempt that timed out may have been appended: it counts as sent. (Before, an attempt
+//! waited for the whole call timeout, 10 s: a stopped leader held every client's write until it
+//! resumed.)
 //!
 //! One request at a time per `Client` (it keeps one connection per node); use one per
 //! concurrent caller.
 
 use crate::net::frame::{read_frame, write_frame};
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
-use std::collections::HashMap;
+use crate::Response;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
+
+/// The first per-attempt deadline of a write (see the module docs for why 300 ms).
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// The bound of an admin call, and the most one write attempt may wait.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bound of a whole write, retries included.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The pause before retrying after a quick answer that was not final (a refusal, a redirect
+/// loop, no connection): doubled on each, up to [`PAUSE_MAX`]. After an attempt that timed
+/// out there is none (it waited already).
+const PAUSE_MIN: Duration = Duration::from_millis(20);
+const PAUSE_MAX: Duration = Duration::from_millis(100);
 
 /// A failed call: the error, and whether the request may have reached the node (it was being
 /// written when the call failed). `sent == false`: the connection was never made.
@@ -41,7 +81,11 @@ pub struct Client {
     /// started at the first node every time paid a redirect and its pause whenever another node
     /// led).
     leader: std::sync::Mutex<Option<String>>,
-    /// Per-call bound (connect, send, reply).
+    /// The first per-attempt deadline of a write (connect, send, reply at one node); each
+    /// attempt of the same write that times out doubles it, up to `call_timeout`.
+    pub attempt_timeout: Duration,
+    /// Bound of an admin call and of [`Client::write_once`], and the most one attempt of a
+    /// write may wait.
     pub call_timeout: Duration,
     /// Bound of one logical write, retries included.
     pub write_deadline: Duration,
@@ -59,14 +103,80 @@ fn id_seed() -> u64 {
     h.finish()
 }
 
+/// Where the attempts of one write go: first the node that last committed a write of ours (or
+/// the first address), then the others in turn, skipping the nodes that did not answer in time
+/// or could not be reached in this write until they answer again or every node has failed so.
+struct Route<'a> {
+    addrs: &'a [String],
+    target: String,
+    /// The position in `addrs` the next turn starts after.
+    at: usize,
+    suspects: HashSet<String>,
+    /// How many attempts timed out at each node (never forgiven within the write).
+    timeouts: HashMap<String, u32>,
+}
+
+impl<'a> Route<'a> {
+    fn new(addrs: &'a [String], hint: Option<String>) -> Route<'a> {
+        let target = hint.or_else(|| addrs.first().cloned()).unwrap_or_default();
+        // A hint not among the addresses (a redirect's address): the first turn goes to the
+        // first address.
+        let at = addrs.iter().position(|a| *a == target).unwrap_or(addrs.len().saturating_sub(1));
+        Route { addrs, target, at, suspects: HashSet::new(), timeouts: HashMap::new() }
+    }
+
+    /// The current target failed in a way that says the node itself is gone or silent.
+    fn suspect(&mut self) {
+        self.suspects.insert(self.target.clone());
+    }
+
+    /// An attempt at the current target timed out.
+    fn timed_out(&mut self) {
+        *self.timeouts.entry(self.target.clone()).or_default() += 1;
+    }
+
+    fn timeouts_at_target(&self) -> u32 {
+        self.timeouts.get(&self.target).copied().unwrap_or(0)
+    }
+
+    /// The current target answered: it is alive, whatever it said.
+    fn answered(&mut self) {
+        self.suspects.remove(&self.target);
+    }
+
+    fn is_suspect(&self, addr: &str) -> bool {
+        self.suspects.contains(addr)
+    }
+
+    /// The next node that is not suspect (the current one only when no other is); when every
+    /// one is, they are all forgiven.
+    fn rotate(&mut self) {
+        let n = self.addrs.len();
+        if n == 0 {
+            return;
+        }
+        for _ in 0..n {
+            self.at = (self.at + 1) % n;
+            if !self.suspects.contains(&self.addrs[self.at]) {
+                self.target = self.addrs[self.at].clone();
+                return;
+            }
+        }
+        self.suspects.clear();
+        self.at = (self.at + 1) % n;
+        self.target = self.addrs[self.at].clone();
+    }
+}
+
 impl Client {
     pub fn new(addrs: Vec<String>) -> Client {
         Client {
             addrs,
             conns: Mutex::new(HashMap::new()),
             leader: std::sync::Mutex::new(None),
-            call_timeout: Duration::from_secs(10),
-            write_deadline: Duration::from_secs(20),
+            attempt_timeout: ATTEMPT_TIMEOUT,
+            call_timeout: CALL_TIMEOUT,
+            write_deadline: WRITE_DEADLINE,
             ids: AtomicU64::new(id_seed()),
         }
     }
@@ -83,16 +193,17 @@ impl Client {
 
     /// One request to one node, one reply; the connection is dropped after any failure.
     pub async fn call(&self, addr: &str, msg: &Msg) -> io::Result<Reply> {
-        self.call_sent(addr, msg).await.map_err(|f| f.error)
+        self.call_sent(addr, msg, self.call_timeout).await.map_err(|f| f.error)
     }
 
-    /// [`Client::call`], saying on failure whether the request may have reached the node.
-    async fn call_sent(&self, addr: &str, msg: &Msg) -> Result<Reply, CallFailed> {
+    /// [`Client::call`] within `bound`, saying on failure whether the request may have reached
+    /// the node.
+    async fn call_sent(&self, addr: &str, msg: &Msg, bound: Duration) -> Result<Reply, CallFailed> {
         let mut conns = self.conns.lock().await;
         // Set once the request's first byte may have left: from then on the node may have
         // read all of it (a failure before that, connecting, sent nothing).
         let mut sent = false;
-        let r = tokio::time::timeout(self.call_timeout, async {
+        let r = tokio::time::timeout(bound, async {
             if !conns.contains_key(addr) {
                 let s = TcpStream::connect(addr).await?;
                 s.set_nodelay(true)?;
@@ -108,22 +219,23 @@ impl Client {
         })
         .await
         .unwrap_or_else(|_| {
-            Err(io::Error::new(io::ErrorKind::TimedOut, format!("{addr}: no reply in time")))
+            Err(io::Error::new(io::ErrorKind::TimedOut, format!("{addr}: no reply within {bound:?}")))
         });
         if r.is_err() {
+            // A late reply must never be read as the answer to the next request.
             conns.remove(addr);
         }
         r.map_err(|error| CallFailed { sent, error })
     }
 
-    /// One write attempt at one node, no routing or retry.
+    /// One write attempt at one node within the call timeout, no routing or retry.
     pub async fn write_once(
         &self,
         addr: &str,
         command: &catalog::Command,
         request_id: u64,
     ) -> io::Result<WriteReply> {
-        self.write_attempt(addr, command, request_id).await.map_err(|f| f.error)
+        self.write_attempt(addr, command, request_id, self.call_timeout).await.map_err(|f| f.error)
     }
 
     async fn write_attempt(
@@ -131,14 +243,20 @@ impl Client {
         addr: &str,
         command: &catalog::Command,
         request_id: u64,
+        bound: Duration,
     ) -> Result<WriteReply, CallFailed> {
         let msg = Msg::Write { command: command.encode(), request_id, forwarded: false };
-        match self.call_sent(addr, &msg).await? {
+        match self.call_sent(addr, &msg, bound).await? {
             Reply::Write(w) => Ok(w),
             other => {
                 Err(CallFailed { sent: true, error: io::Error::other(format!("unexpected reply {other:?}")) })
             }
         }
+    }
+
+    /// The deadline of a write's attempt at a node where `timeouts` of its attempts timed out.
+    fn attempt_bound(&self, timeouts: u32) -> Duration {
+        self.attempt_timeout.saturating_mul(1 << timeouts.min(16)).min(self.call_timeout)
     }
 
     /// A logical write: routed to the leader, retried with one request id until it is
@@ -148,37 +266,57 @@ impl Client {
         self.write_with_id(command, self.next_request_id()).await
     }
 
-    /// [`Client::write`] with the caller's request id.
+    /// [`Client::write`] with the caller's request id. With 0 (no id) the seam cannot tell a
+    /// retry from a new write, so a write that may have been sent is never retried: it ends
+    /// Indeterminate at the first such attempt.
     pub async fn write_with_id(&self, command: &catalog::Command, request_id: u64) -> WriteReply {
         let start = Instant::now();
-        let known = self.leader.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut target = known.or_else(|| self.addrs.first().cloned()).unwrap_or_default();
+        let hint = self.leader.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut route = Route::new(&self.addrs, hint);
         let mut redirects = 0u32;
-        let mut next_node = 0usize;
-        let mut last = WriteReply::Indeterminate { why: "no node answered".into() };
+        let mut last = WriteReply::Rejected {
+            why: "unavailable: no attempt was made within the write deadline".into(),
+            retry: true,
+        };
         // Once an attempt may have been appended somewhere, the answer can never be a plain
         // refusal again (docs/invariants.md I1: never "failed" for an entry that may still apply).
         let mut maybe_appended = false;
-        let mut pause = Duration::from_millis(20);
+        let mut pause = PAUSE_MIN;
         for _attempt in 0..10_000 {
-            if start.elapsed() > self.write_deadline {
+            let left = self.write_deadline.saturating_sub(start.elapsed());
+            if left.is_zero() {
                 break;
             }
-            let rotate;
-            match self.write_attempt(&target, command, request_id).await {
-                Ok(WriteReply::Redirect { addr, .. }) => {
+            let bound = self.attempt_bound(route.timeouts_at_target()).min(left);
+            let mut wait = true;
+            let attempt = self.write_attempt(&route.target, command, request_id, bound).await;
+            if attempt.is_ok() {
+                route.answered();
+            }
+            match attempt {
+                Ok(WriteReply::Redirect { addr, .. }) if !route.is_suspect(&addr) => {
                     // The first redirect is followed at once; after that a short pause: two
                     // nodes with stale views must not bounce a request between them at full
                     // speed.
-                    target = addr;
+                    route.target = addr;
                     if redirects > 0 {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     redirects += 1;
                     continue;
                 }
+                // To a node this write could not reach or that did not answer: the node that
+                // sent it has a stale view; another may know better.
+                Ok(WriteReply::Redirect { .. }) => route.rotate(),
+                Ok(WriteReply::Committed { outcome: Response::Duplicate { first_index }, .. }) => {
+                    // A retry found the write applied by an earlier attempt: that is where it
+                    // committed.
+                    self.remember_leader(&route.target);
+                    let outcome = Response::Duplicate { first_index };
+                    return WriteReply::Committed { index: first_index, outcome };
+                }
                 Ok(w @ WriteReply::Committed { .. }) => {
-                    *self.leader.lock().unwrap_or_else(|e| e.into_inner()) = Some(target);
+                    self.remember_leader(&route.target);
                     return w;
                 }
                 Ok(WriteReply::Rejected { why, retry: false }) if maybe_appended => {
@@ -189,34 +327,52 @@ impl Client {
                     }
                 }
                 Ok(w @ WriteReply::Rejected { retry: false, .. }) => return w,
-                Ok(w) => {
-                    // A lease not yet established, no leader known, or Indeterminate: the
-                    // same request id again (after a pause), and perhaps another node.
-                    rotate = matches!(w, WriteReply::Rejected { .. });
-                    maybe_appended |= matches!(w, WriteReply::Indeterminate { .. });
+                Ok(w @ WriteReply::Rejected { .. }) => {
+                    // No leader known there yet, or a lease not established or lapsed: not
+                    // appended; another node may know a leader.
+                    last = w;
+                    route.rotate();
+                }
+                Ok(w @ WriteReply::Indeterminate { .. }) => {
+                    // The node answered (it is alive) but does not know the write's fate (a
+                    // leader change or a lapsed lease while it waited, a timeout): the same
+                    // request id again at the same node, which now routes it anew.
+                    maybe_appended = true;
                     last = w;
                 }
                 Err(CallFailed { sent: false, error }) => {
                     // Not connected: nothing reached that node, nothing can be appended.
-                    rotate = true;
                     last = WriteReply::Rejected {
-                        why: format!("unavailable: no node could be reached ({target}: {error})"),
+                        why: format!("unavailable: no node could be reached ({}: {error})", route.target),
                         retry: true,
                     };
+                    route.suspect();
+                    route.rotate();
                 }
                 Err(CallFailed { sent: true, error }) => {
-                    // The request may have been sent before the connection failed.
-                    rotate = true;
+                    // Sent, then no reply (in time): it may have been appended there.
                     maybe_appended = true;
+                    if error.kind() == io::ErrorKind::TimedOut {
+                        route.timed_out();
+                        wait = false;
+                    }
                     last = WriteReply::Indeterminate { why: error.to_string() };
+                    route.suspect();
+                    route.rotate();
                 }
             }
-            if rotate && !self.addrs.is_empty() {
-                next_node = (next_node + 1) % self.addrs.len();
-                target = self.addrs[next_node].clone();
+            if maybe_appended && request_id == 0 {
+                return WriteReply::Indeterminate {
+                    why: format!(
+                        "not retried: the write has no request id, so a retry could apply it twice; {}",
+                        why(&last)
+                    ),
+                };
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(200));
+            if wait {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(PAUSE_MAX);
+            }
         }
         match last {
             WriteReply::Rejected { why, .. } if maybe_appended => WriteReply::Indeterminate {
@@ -224,6 +380,10 @@ impl Client {
             },
             other => other,
         }
+    }
+
+    fn remember_leader(&self, addr: &str) {
+        *self.leader.lock().unwrap_or_else(|e| e.into_inner()) = Some(addr.to_string());
     }
 
     pub async fn metrics(&self, addr: &str) -> io::Result<NodeMetrics> {
@@ -253,5 +413,84 @@ impl Client {
             Reply::Partition(Err(e)) | Reply::Error(e) => Err(io::Error::other(e)),
             other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
         }
+    }
+}
+
+/// The reason an answer gives, for a message.
+fn why(w: &WriteReply) -> String {
+    match w {
+        WriteReply::Rejected { why, .. } | WriteReply::Indeterminate { why } => why.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs() -> Vec<String> {
+        ["a", "b", "c"].iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_route_starts_at_the_hint_and_skips_silent_nodes_until_all_were() {
+        /// The next `n` targets.
+        fn turns(r: &mut Route, n: usize) -> Vec<String> {
+            (0..n)
+                .map(|_| {
+                    r.rotate();
+                    r.target.clone()
+                })
+                .collect()
+        }
+        /// Makes `addr` (the `at`-th address) the target.
+        fn at(r: &mut Route, addr: &str, at: usize) {
+            r.target = addr.into();
+            r.at = at;
+        }
+        let addrs = addrs();
+        let mut r = Route::new(&addrs, Some("b".into()));
+        assert_eq!(r.target, "b");
+        assert_eq!(turns(&mut r, 2), ["c", "a"]);
+        // "b" did not answer: the turns go around it.
+        at(&mut r, "b", 1);
+        r.suspect();
+        assert_eq!(turns(&mut r, 3), ["c", "a", "c"]);
+        // "c" does not answer either; "a" answers (say, "no leader yet"): the turns stay with
+        // it, the one node known alive.
+        r.suspect();
+        assert_eq!(turns(&mut r, 1), ["a"]);
+        r.answered();
+        assert_eq!(turns(&mut r, 1), ["a"]);
+        // "b" answers again: it is back in the turns.
+        at(&mut r, "b", 1);
+        r.answered();
+        assert_eq!(turns(&mut r, 2), ["a", "b"]);
+        // Every node failed: all are forgiven, and the turns go on.
+        r.suspect();
+        at(&mut r, "a", 0);
+        r.suspect();
+        assert_eq!(turns(&mut r, 1), ["b"]);
+        assert!(r.suspects.is_empty());
+        // A hint that is not one of the addresses (a redirect's): the first turn is the first
+        // address; no address at all: nothing to turn to.
+        assert_eq!(turns(&mut Route::new(&addrs, Some("elsewhere".into())), 1), ["a"]);
+        assert_eq!(turns(&mut Route::new(&[], None), 1), [""]);
+    }
+
+    #[test]
+    fn an_attempt_deadline_doubles_with_each_timeout_at_a_node_up_to_the_call_timeout() {
+        let addrs = addrs();
+        let c = Client::new(addrs.clone());
+        // Counted per node: a first visit to another node gets the first deadline.
+        let mut r = Route::new(&addrs, None);
+        r.timed_out();
+        r.timed_out();
+        assert_eq!(c.attempt_bound(r.timeouts_at_target()), Duration::from_millis(1200));
+        r.rotate();
+        assert_eq!(c.attempt_bound(r.timeouts_at_target()), ATTEMPT_TIMEOUT);
+        let bounds: Vec<u64> = (0..8).map(|t| c.attempt_bound(t).as_millis() as u64).collect();
+        assert_eq!(bounds, [300, 600, 1200, 2400, 4800, 9600, 10_000, 10_000]);
+        assert_eq!(c.attempt_bound(u32::MAX), CALL_TIMEOUT);
     }
 }

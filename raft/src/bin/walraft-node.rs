@@ -50,6 +50,14 @@ enum Cmd {
         /// A node's address (repeat: the client finds the leader).
         #[arg(long = "node", required = true)]
         nodes: Vec<String>,
+        /// A write attempt's first deadline at one node; doubled at a node after each attempt
+        /// of the write that timed out there (see `wal_raft::client`). Keep it below the cluster's
+        /// `--election-min-ms`, so that a stopped leader is left before another is elected.
+        #[arg(long, default_value_t = wal_raft::client::ATTEMPT_TIMEOUT.as_millis() as u64)]
+        attempt_timeout_ms: u64,
+        /// The bound of a whole write, retries included.
+        #[arg(long, default_value_t = wal_raft::client::WRITE_DEADLINE.as_millis() as u64)]
+        write_deadline_ms: u64,
         #[command(subcommand)]
         op: Op,
     },
@@ -196,7 +204,12 @@ fn main() -> ExitCode {
     };
     let code = match cli.cmd {
         Cmd::Run(a) => rt.block_on(run(a)),
-        Cmd::Client { nodes, op } => rt.block_on(client(nodes, op)),
+        Cmd::Client { nodes, attempt_timeout_ms, write_deadline_ms, op } => {
+            let mut c = Client::new(nodes.clone());
+            c.attempt_timeout = Duration::from_millis(attempt_timeout_ms);
+            c.write_deadline = Duration::from_millis(write_deadline_ms);
+            rt.block_on(client(c, nodes, op))
+        }
         Cmd::Check { dir } => {
             let c = wal_raft::check::check(&dir);
             println!("{}", c.summary());
@@ -305,8 +318,7 @@ fn kind(k: Kind) -> catalog::EntityKind {
     }
 }
 
-async fn client(nodes: Vec<String>, op: Op) -> i32 {
-    let c = Client::new(nodes.clone());
+async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
     let first = nodes.first().cloned().unwrap_or_default();
     let cmd = match op {
         Op::Create { kind: k, parent, name, props } => catalog::Command::Create {
@@ -378,8 +390,12 @@ async fn client(nodes: Vec<String>, op: Op) -> i32 {
             }
             0
         }
-        WriteReply::Committed { index, outcome: Response::Duplicate { first_index } } => {
-            println!("COMMITTED at index {first_index} (this retry at {index} was a duplicate)");
+        WriteReply::Committed { index, outcome: Response::Duplicate { .. } } => {
+            // The client reports a retry that found its request id applied at the index where
+            // the write first applied; what applying it gave then is not carried.
+            println!(
+                "COMMITTED at index {index} (applied by an earlier attempt of this write; a retry found it there, so whether the catalog refused it is not known here: look it up)"
+            );
             0
         }
         WriteReply::Committed { index, outcome } => {

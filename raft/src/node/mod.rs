@@ -19,6 +19,7 @@
 
 pub mod claims;
 pub mod server;
+pub mod stall;
 
 use crate::fence::Fence;
 use crate::net::transport::{Partition, TcpNetFactory};
@@ -222,6 +223,9 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         partition: partition.clone(),
         allow_faults: cfg.allow_faults,
         write_timeout: cfg.write_timeout,
+        lease: Duration::from_millis(cfg.election_max_ms),
+        contact: Default::default(),
+        leader_silence: stall::silence(Duration::from_millis(cfg.heartbeat_ms)),
         io_stats,
         max_frame,
         forward_pool: Default::default(),

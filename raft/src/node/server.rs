@@ -7,12 +7,17 @@
 //!   never logged), wrapped in the apply seam's envelope with the client's request id, and
 //!   proposed. Only a commit by a majority is acknowledged (`Committed`, with its index); a
 //!   proposal refused before it was appended is `Rejected`; a proposal that may be in some log
-//!   but is not known committed is `Indeterminate`.
+//!   but is not known committed is `Indeterminate`. A leader does not wait for a commit it can
+//!   no longer make: when it stops leading or its lease lapses while a write waits, the write is
+//!   answered at once ([`super::stall`]), not after the write timeout.
 //! - A follower that knows the leader forwards a client's write to it (same request id, marked
 //!   forwarded so it is never forwarded again) and answers with the leader's reply: the client
 //!   needs no second round trip. When the leader cannot be reached (nothing was sent), or the
 //!   write was itself forwarded, the answer is a `Redirect` to the leader, as before; when the
-//!   connection fails after the write was sent, `Indeterminate` (it may have been appended).
+//!   connection fails after the write was sent, or another node leads or the leader falls
+//!   silent before it answered (it may be stopped and never answer), `Indeterminate` (it may
+//!   have been appended). A follower whose leader has been silent for three heartbeats does not
+//!   forward: `Rejected`, retry ([`super::stall`]).
 //! - Admin requests read this node's metrics and applied state.
 //! - A follower's digest claim is proposed if this node leads (`node/claims.rs`). A node that
 //!   fenced itself answers only metrics and the partition switch: a write is Rejected (nothing
@@ -22,7 +27,7 @@ use crate::net::chunks::{self, Chunk, Incoming};
 use crate::net::frame::{read_frame, read_frame_max, write_frame, write_frame_max};
 use crate::net::transport::Partition;
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
-use crate::node::RaftNode;
+use crate::node::{stall, RaftNode};
 use crate::{Request, StateMachineStore};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardReason, ForwardToLeader, RaftError};
@@ -39,6 +44,13 @@ pub struct Ctx {
     pub partition: Partition,
     pub allow_faults: bool,
     pub write_timeout: Duration,
+    /// The leader lease (openraft's: `election_timeout_max`): a leader no majority acknowledged
+    /// for this long answers its waiting writes at once ([`stall`]).
+    pub lease: Duration,
+    /// When a leader's message last arrived, and how long a silence means a stalled leader
+    /// ([`stall::silence`]): a follower does not forward to a silent leader.
+    pub contact: stall::Contact,
+    pub leader_silence: Duration,
     pub io_stats: crate::IoStatsHandle,
     /// The largest frame this node reads or writes (`NodeConfig::max_frame_bytes`).
     pub max_frame: usize,
@@ -95,12 +107,17 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incomi
     }
     match msg {
         Msg::AppendEntries(head) => Reply::AppendEntries(match crate::net::append::decode(head, &tail) {
-            Ok(rpc) => raft.append_entries(rpc).await.map_err(|e| e.to_string()),
+            Ok(rpc) => {
+                // Only a leader sends these: evidence that it runs and reaches this node.
+                ctx.contact.touch();
+                raft.append_entries(rpc).await.map_err(|e| e.to_string())
+            }
             Err(e) => Err(e.to_string()),
         }),
         Msg::Vote(rpc) => Reply::Vote(raft.vote(rpc).await.map_err(|e| e.to_string())),
         Msg::PreVote(rpc) => Reply::Vote(raft.pre_vote(rpc).await.map_err(|e| e.to_string())),
         Msg::SnapshotChunk { vote, meta, offset, total } => {
+            ctx.contact.touch();
             let got = offset + tail.len() as u64;
             match chunks::accept(incoming, Chunk { vote, meta, offset, total, data: tail }) {
                 Ok(None) => Reply::Chunk(Ok(got)),
@@ -189,43 +206,85 @@ async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: 
         Err(e) => return WriteReply::Rejected { why: format!("not a catalog command: {e}"), retry: false },
     };
     let req = Request::command(&cmd, (request_id != 0).then_some(request_id));
-    match tokio::time::timeout(ctx.write_timeout, ctx.raft.client_write(req)).await {
-        Err(_) => WriteReply::Indeterminate {
+    let leading = stall::Leading::now(&ctx.raft);
+    let proposal = ctx.raft.client_write(req);
+    tokio::pin!(proposal);
+    let result = tokio::select! {
+        biased;
+        r = &mut proposal => r,
+        _ = tokio::time::sleep(ctx.write_timeout) => return WriteReply::Indeterminate {
             why: format!(
                 "not known committed within {:?}: the log decides its fate; retry with the same request id",
                 ctx.write_timeout
             ),
         },
-        Ok(Ok(r)) => WriteReply::Committed { index: r.log_id.index, outcome: r.data },
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-            let reply = forward(ctx, &f);
-            let WriteReply::Redirect { addr, .. } = &reply else { return reply };
-            if forwarded {
-                return reply;
-            }
-            let msg = Msg::Write { command: command_untrusted.to_vec(), request_id, forwarded: true };
-            match forward_to(ctx, addr, &msg).await {
-                Ok(w) => w,
-                // Nothing reached the leader: the client may try it itself.
-                Err((false, _)) => reply,
-                Err((true, e)) => WriteReply::Indeterminate {
+        why = stall::cannot_commit(&ctx.raft, leading, ctx.lease) => {
+            match tokio::time::timeout(stall::REFUSAL_GRACE, &mut proposal).await {
+                Ok(r) => r,
+                Err(_) => return WriteReply::Indeterminate {
                     why: format!(
-                        "forwarded to the leader at {addr}, then {e}: it may have been appended; retry with the same request id"
+                        "not known committed: {why}; it may be in this node's log, and a later leader decides its fate; retry at another node with the same request id"
                     ),
                 },
             }
         }
-        Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)))) => WriteReply::Indeterminate {
+    };
+    match result {
+        Ok(r) => WriteReply::Committed { index: r.log_id.index, outcome: r.data },
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            let reply = forward(ctx, &f);
+            let WriteReply::Redirect { leader, addr } = &reply else { return reply };
+            if forwarded {
+                return reply;
+            }
+            if let Some(silent) = ctx.contact.silent_for(ctx.leader_silence) {
+                return WriteReply::Rejected {
+                    why: format!(
+                        "not forwarded: the leader (node {leader}) has sent this node nothing for {silent:?}, it may be stopped or cut off; retry"
+                    ),
+                    retry: true,
+                };
+            }
+            let msg = Msg::Write { command: command_untrusted.to_vec(), request_id, forwarded: true };
+            tokio::select! {
+                biased;
+                r = forward_to(ctx, addr, &msg) => match r {
+                    Ok(w) => w,
+                    // Nothing reached the leader: the client may try it itself.
+                    Err((false, _)) => reply,
+                    Err((true, e)) => WriteReply::Indeterminate {
+                        why: format!(
+                            "forwarded to the leader at {addr}, then {e}: it may have been appended; retry with the same request id"
+                        ),
+                    },
+                },
+                // A stopped or cut-off leader may never answer: once another leads or it falls
+                // silent, the write is retried elsewhere (by the client, with the same request
+                // id).
+                why = stall::leader_moved(&ctx.raft, *leader) => forwarded_then(*leader, addr, &why),
+                why = stall::falls_silent(&ctx.contact, ctx.leader_silence) => forwarded_then(*leader, addr, &why),
+            }
+        }
+        Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => WriteReply::Indeterminate {
             why: format!("appended here, then this node adopted another leader's log ({f}); retry with the same request id"),
         },
         // A membership change or a conditional write (never sent from here): refused before
         // anything was appended.
-        Ok(Err(RaftError::APIError(
+        Err(RaftError::APIError(
             e @ (ClientWriteError::ChangeMembershipError(_) | ClientWriteError::PreconditionFailed(_)),
-        ))) => WriteReply::Rejected { why: e.to_string(), retry: false },
-        Ok(Err(RaftError::Fatal(f))) => {
+        )) => WriteReply::Rejected { why: e.to_string(), retry: false },
+        Err(RaftError::Fatal(f)) => {
             WriteReply::Indeterminate { why: format!("this node's raft stopped ({f}); retry elsewhere with the same request id") }
         }
+    }
+}
+
+/// The answer to a write forwarded to `leader`, which did not answer, because of `why`.
+fn forwarded_then(leader: u64, addr: &str, why: &str) -> WriteReply {
+    WriteReply::Indeterminate {
+        why: format!(
+            "forwarded to node {leader} at {addr}, then {why}: it may have been appended there; retry with the same request id"
+        ),
     }
 }
 
