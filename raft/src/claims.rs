@@ -13,9 +13,12 @@
 //!   node picks the same indexes whenever it started and whatever snapshot it installed, and
 //!   the digest "after index `i`" is the same function of the committed log on every replica. A
 //!   claim entry lands after the index it claims and changes no state, so claims cannot cause
-//!   claims indefinitely: each claim index adds at most one claim per voter, and the node
-//!   refuses an `every` that is not larger than the number of voters (`node/mod.rs`), so claims
-//!   alone never reach the next claim index.
+//!   claims indefinitely: each voter claims a claim index once as it applies it, and the node
+//!   refuses an `every` that is not larger than the number of voters (`node/mod.rs`), so one
+//!   index's claims alone never reach the next claim index. Repeats exist but are bounded: a
+//!   restarted node re-applying its log claims those indexes again (within [`CLAIM_MAX_LAG`],
+//!   through a queue of 64), and the leader's guard against repeats is in its memory only, so
+//!   a new leader may propose one; the tally counts a node's first claim for an index only.
 //! - **The majority rule** ([`majority`]): a digest is agreed at an index when, in every
 //!   configuration of the current membership (two during a joint change), more than half of
 //!   the voters claimed it. A node's first claim for an index is the one counted; claims from
@@ -197,6 +200,16 @@ fn nodes(ids: &[u64]) -> String {
     v.join(", ")
 }
 
+/// Whether a claimed checkpoint was computed with this build's digest and state-machine
+/// versions. Only such claims are counted: a claim of other versions (a node running another
+/// build during a rolling upgrade that changed either) describes the state in another
+/// encoding, so it is not comparable, and never a reason to fence (the first upgraded node
+/// would otherwise be contradicted by the others and fence itself).
+pub fn comparable(cp: &Checkpoint) -> bool {
+    cp.digest_version == wal::state::DIGEST_VERSION
+        && cp.state_machine_version == <catalog::Catalog as wal::state::StateMachine>::VERSION
+}
+
 /// What the claims for one index decide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -257,9 +270,10 @@ impl Tally {
     /// majority forms, `Split` the first time voters disagree with no majority, else
     /// `Pending`. A second claim from one node for one index is not counted. A claim for an
     /// index at or after its own entry, or more than twice [`CLAIM_MAX_LAG`] behind it, is
-    /// ignored (no replica wrote it: claims follow the index they claim).
+    /// ignored (no replica wrote it: claims follow the index they claim), and so is a claim of
+    /// other digest or state-machine versions ([`comparable`]).
     pub fn add(&mut self, c: &Claim, at: u64, configs: &[BTreeSet<u64>]) -> Verdict {
-        if c.index >= at || c.index.saturating_add(2 * CLAIM_MAX_LAG) < at {
+        if !comparable(&c.checkpoint()) || c.index >= at || c.index.saturating_add(2 * CLAIM_MAX_LAG) < at {
             return Verdict::Pending;
         }
         self.forget_below(at.saturating_sub(2 * CLAIM_MAX_LAG));
@@ -665,6 +679,31 @@ mod tests {
         c.forget_through(20);
         c.claim(&claim(1, 16, 7), 21, &v);
         assert_eq!(c.claim(&claim(3, 16, 7), 22, &v), Outcome::Nothing);
+    }
+
+    /// A rolling upgrade that changes the digest or state-machine version: the first upgraded
+    /// node is contradicted by two old ones, yet must not fence (their digests are not
+    /// comparable with its own), and the old ones do not count its claim either.
+    #[test]
+    fn claims_of_other_versions_are_not_counted() {
+        let v = voters(&[1, 2, 3]);
+        let old = |node, tag| {
+            let mut cp = cp(tag);
+            cp.state_machine_version += 1;
+            Claim::new(node, 16, &cp)
+        };
+        assert!(comparable(&cp(1)) && !comparable(&old(1, 7).checkpoint()));
+        let mut c = Comparer::new(2);
+        c.own(16, cp(5), None);
+        assert_eq!(c.claim(&claim(2, 16, 5), 17, &v), Outcome::Nothing);
+        assert_eq!(c.claim(&old(1, 7), 18, &v), Outcome::Nothing);
+        assert_eq!(c.claim(&old(3, 7), 19, &v), Outcome::Nothing, "two claims of other versions");
+        let mut digest_version = cp(7);
+        digest_version.digest_version += 1;
+        assert_eq!(
+            Tally::default().add(&Claim::new(1, 16, &digest_version), 17, &voters(&[1])),
+            Verdict::Pending
+        );
     }
 
     #[test]

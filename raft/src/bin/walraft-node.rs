@@ -259,6 +259,16 @@ async fn run(a: RunArgs) -> i32 {
             return EXIT_FENCED;
         }
         Err(e) => {
+            // A node can fence itself while openraft re-applies its log inside start-up (the
+            // open-time check normally sees it first): the fence file says so, and the exit
+            // code is the fence's.
+            if let Ok(Some(why)) = wal_raft::fence::read(&data) {
+                eprintln!(
+                    "walraft-node {id}: {e}; this node FENCED itself: {why}. {}",
+                    wal_raft::fence::RECOVERY
+                );
+                return EXIT_FENCED;
+            }
             eprintln!("walraft-node {id}: {e}");
             return 1;
         }
