@@ -35,10 +35,19 @@
 //! waited for the whole call timeout, 10 s: a stopped leader held every client's write until it
 //! resumed.)
 //!
+//! **Size.** A command travels as raw bytes (the frame's tail). A write too large for frames
+//! of [`Client::max_frame`] bytes (the protocol maximum by default; set it to the cluster's
+//! `--max-frame-bytes`), as a request or as the log entry it would become, is `Rejected` (no
+//! retry) before anything is sent, naming the sizes (`net::limit`). A node whose limit the
+//! request exceeds answers so (`Reply::TooLarge`) without reading it: that too is `Rejected`
+//! at once, nothing having been appended. (Before, the node closed the connection, and the
+//! client, having sent bytes, retried until its deadline and answered `Indeterminate`.)
+//!
 //! One request at a time per `Client` (it keeps one connection per node); use one per
 //! concurrent caller.
 
-use crate::net::frame::{read_frame, write_frame};
+use crate::net::frame::{read_frame_max, write_frame_max, MAX_FRAME_LEN};
+use crate::net::limit;
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
 use crate::Response;
 use std::collections::{HashMap, HashSet};
@@ -89,7 +98,12 @@ pub struct Client {
     pub call_timeout: Duration,
     /// Bound of one logical write, retries included.
     pub write_deadline: Duration,
+    /// The largest frame this client sends or reads ([`MAX_FRAME_LEN`] unless set): a write
+    /// that does not fit is refused before it is sent.
+    pub max_frame: usize,
     ids: AtomicU64,
+    /// Write attempts made (a request sent, or a connection tried for it), since creation.
+    attempts: AtomicU64,
 }
 
 /// A request id base that differs between processes and clients: std's per-process random
@@ -177,8 +191,16 @@ impl Client {
             attempt_timeout: ATTEMPT_TIMEOUT,
             call_timeout: CALL_TIMEOUT,
             write_deadline: WRITE_DEADLINE,
+            max_frame: MAX_FRAME_LEN,
             ids: AtomicU64::new(id_seed()),
+            attempts: AtomicU64::new(0),
         }
+    }
+
+    /// How many write attempts this client has made: each is a request sent to a node, or a
+    /// connection tried for one. A write refused before sending makes none.
+    pub fn attempts(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
     }
 
     /// A fresh request id (never 0, which means "none").
@@ -193,12 +215,18 @@ impl Client {
 
     /// One request to one node, one reply; the connection is dropped after any failure.
     pub async fn call(&self, addr: &str, msg: &Msg) -> io::Result<Reply> {
-        self.call_sent(addr, msg, self.call_timeout).await.map_err(|f| f.error)
+        self.call_sent(addr, msg, &[], self.call_timeout).await.map_err(|f| f.error)
     }
 
-    /// [`Client::call`] within `bound`, saying on failure whether the request may have reached
-    /// the node.
-    async fn call_sent(&self, addr: &str, msg: &Msg, bound: Duration) -> Result<Reply, CallFailed> {
+    /// [`Client::call`] with the frame's raw `tail`, within `bound`, saying on failure whether
+    /// the request may have reached the node.
+    async fn call_sent(
+        &self,
+        addr: &str,
+        msg: &Msg,
+        tail: &[u8],
+        bound: Duration,
+    ) -> Result<Reply, CallFailed> {
         let mut conns = self.conns.lock().await;
         // Set once the request's first byte may have left: from then on the node may have
         // read all of it (a failure before that, connecting, sent nothing).
@@ -211,8 +239,8 @@ impl Client {
             }
             let Some(s) = conns.get_mut(addr) else { return Err(io::Error::other("no connection")) };
             sent = true;
-            write_frame(s, msg, &[]).await?;
-            match read_frame::<_, Reply>(s).await? {
+            write_frame_max(s, msg, tail, self.max_frame).await?;
+            match read_frame_max::<_, Reply>(s, self.max_frame).await? {
                 Some((reply, _)) => Ok(reply),
                 None => Err(io::Error::other(format!("{addr} closed the connection"))),
             }
@@ -245,9 +273,17 @@ impl Client {
         request_id: u64,
         bound: Duration,
     ) -> Result<WriteReply, CallFailed> {
-        let msg = Msg::Write { command: command.encode(), request_id, forwarded: false };
-        match self.call_sent(addr, &msg, bound).await? {
+        let command = command.encode();
+        if let Some(refused) = limit::check(command.len(), request_id, false, self.max_frame, "this client's")
+        {
+            return Ok(refused);
+        }
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        let msg = Msg::Write { request_id, forwarded: false };
+        match self.call_sent(addr, &msg, &command, bound).await? {
             Reply::Write(w) => Ok(w),
+            // The node did not read it: nothing was appended.
+            Reply::TooLarge(t) => Ok(limit::refused(t, &format!("the node's (at {addr})"))),
             other => {
                 Err(CallFailed { sent: true, error: io::Error::other(format!("unexpected reply {other:?}")) })
             }

@@ -5,7 +5,8 @@
 //! DIVERGENT (Raft is not started), 9 when the node is fenced (its data directory holds a
 //! `FENCED` file: refused at start; or it fenced itself while running and was then stopped),
 //! 70 when openraft's core stopped by itself, 1 on an error. `client` write commands: 0 committed and
-//! applied, 1 committed but refused by the catalog, 2 rejected (never appended), 3
+//! applied, 1 committed but refused by the catalog, 2 rejected (never appended; also a write
+//! too large for the client's or a node's frame limit), 3
 //! indeterminate, 5 no node reachable. `check`/`compare`: walcheck's codes. A usage error (bad
 //! arguments) exits 64, as walcheck's do: clap's default 2 is `client`'s REJECTED.
 
@@ -58,6 +59,11 @@ enum Cmd {
         /// The bound of a whole write, retries included.
         #[arg(long, default_value_t = wal_raft::client::WRITE_DEADLINE.as_millis() as u64)]
         write_deadline_ms: u64,
+        /// The largest frame the client sends: give it the cluster's --max-frame-bytes to have
+        /// a write too large for the cluster REJECTED before it is sent (a node answers one
+        /// over its limit REJECTED too, without reading it).
+        #[arg(long, default_value_t = wal_raft::net::frame::MAX_FRAME_LEN)]
+        max_frame_bytes: usize,
         #[command(subcommand)]
         op: Op,
     },
@@ -112,7 +118,8 @@ struct RunArgs {
     write_timeout_ms: u64,
     /// The largest message frame on the port (the same on every node; at least 16384). Larger
     /// snapshots travel in chunks and larger batches of entries are split, so this bounds
-    /// memory per message, not what can be replicated.
+    /// memory per message, not what can be replicated; a client write too large for it (its
+    /// request, or the log entry it would become) is answered REJECTED.
     #[arg(long, default_value_t = wal_raft::net::frame::MAX_FRAME_LEN)]
     max_frame_bytes: usize,
 }
@@ -204,10 +211,11 @@ fn main() -> ExitCode {
     };
     let code = match cli.cmd {
         Cmd::Run(a) => rt.block_on(run(a)),
-        Cmd::Client { nodes, attempt_timeout_ms, write_deadline_ms, op } => {
+        Cmd::Client { nodes, attempt_timeout_ms, write_deadline_ms, max_frame_bytes, op } => {
             let mut c = Client::new(nodes.clone());
             c.attempt_timeout = Duration::from_millis(attempt_timeout_ms);
             c.write_deadline = Duration::from_millis(write_deadline_ms);
+            c.max_frame = max_frame_bytes;
             rt.block_on(client(c, nodes, op))
         }
         Cmd::Check { dir } => {

@@ -9,13 +9,25 @@
 //! frame and, when the follower accepts it, answers openraft `PartialSuccess` with the last
 //! log id sent; openraft sends the rest in the next RPC. An entry that does not fit a frame
 //! even alone cannot be replicated: that is an error naming its index, never a silent retry.
+//! Such an entry is never made from a client's write: a node refuses a command whose entry
+//! would exceed [`max_entry_data`] before proposing it ([`crate::net::limit`]).
 
 use crate::codec::{decode_entry, encode_entry};
 use crate::net::frame::frame_len;
-use crate::{LogId, TypeConfig, Vote};
+use crate::{Entry, LogId, Request, TypeConfig, Vote};
+use openraft::entry::RaftEntry;
 use openraft::raft::AppendEntriesRequest;
+use openraft::vote::RaftLeaderIdExt;
+use openraft::RaftTypeConfig;
 use serde::{Deserialize, Serialize};
 use std::io;
+
+/// Room for the message enum's JSON around the head (`{"AppendEntries":` and `}`, 18 bytes),
+/// rounded up.
+pub const WRAP: usize = 32;
+
+/// Room for one entry's length in the head's `lens` (`4294967295,`).
+const LEN_JSON: usize = 11;
 
 /// The JSON part of an append-entries frame; the entries follow as its raw tail.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -47,11 +59,10 @@ pub fn encode(rpc: &AppendEntriesRequest<TypeConfig>, max_frame: usize, wrap: us
         lens: Vec::with_capacity(rpc.entries.len()),
     };
     let mut tail = Vec::new();
-    // Each length costs at most 11 bytes of JSON ("4294967295,").
     let fixed = serde_json::to_vec(&head).map_err(io::Error::other)?.len() + wrap;
     for e in &rpc.entries {
         let bytes = encode_entry(e)?;
-        let lens_json = 11 * (head.lens.len() + 1);
+        let lens_json = LEN_JSON * (head.lens.len() + 1);
         if frame_len(fixed + lens_json, tail.len() + bytes.len()) > max_frame {
             if head.lens.is_empty() {
                 return Err(io::Error::other(format!(
@@ -68,6 +79,24 @@ pub fn encode(rpc: &AppendEntriesRequest<TypeConfig>, max_frame: usize, wrap: us
     let sent = head.lens.len();
     let partial = (sent < rpc.entries.len()).then(|| rpc.entries[sent - 1].log_id);
     Ok(Outgoing { head, tail, partial })
+}
+
+/// The most bytes of application data (a [`Request::Command`]: the apply seam's envelope and
+/// the command) one entry may hold and still be sent alone in an append-entries frame of
+/// `max_frame` bytes by [`encode`] with [`WRAP`], whatever its log id and the RPC's vote and
+/// log ids: the head and the entry's own header are sized for the widest values (every
+/// number at `u64::MAX`). 0 when not even an empty entry fits.
+pub fn max_entry_data(max_frame: usize) -> usize {
+    let widest =
+        LogId::new(<TypeConfig as RaftTypeConfig>::LeaderId::new_committed(u64::MAX, u64::MAX), u64::MAX);
+    let head = |vote| {
+        let h = AppendHead { vote, prev_log_id: Some(widest), leader_commit: Some(widest), lens: Vec::new() };
+        serde_json::to_vec(&h).map_or(usize::MAX / 4, |j| j.len())
+    };
+    let fixed = head(Vote::new_committed(u64::MAX, u64::MAX)).max(head(Vote::new(u64::MAX, u64::MAX))) + WRAP;
+    let empty = encode_entry(&Entry::new_normal(widest, Request::Command(Vec::new())))
+        .map_or(usize::MAX / 4, |b| b.len());
+    max_frame.saturating_sub(frame_len(fixed + LEN_JSON, empty))
 }
 
 /// Rebuilds the request from a received head and tail.
@@ -99,10 +128,7 @@ pub fn decode(head: AppendHead, tail_untrusted: &[u8]) -> io::Result<AppendEntri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Entry, Request};
-    use openraft::entry::RaftEntry;
-    use openraft::vote::RaftLeaderIdExt;
-    use openraft::RaftTypeConfig;
+    use crate::net::wire::Msg;
 
     fn lid(index: u64) -> LogId {
         LogId::new(<TypeConfig as RaftTypeConfig>::LeaderId::new_committed(2, 1), index)
@@ -158,5 +184,39 @@ mod tests {
         head.lens[0] += 1;
         head.lens[1] -= 1;
         assert!(decode(head, &out.tail).is_err(), "a cut in the wrong place does not decode");
+    }
+
+    /// The bound a node holds a client's write to is exact for the widest log ids and vote:
+    /// an entry of `max_entry_data` bytes of data goes alone in one frame, one byte more does
+    /// not; with smaller ids it fits with room to spare.
+    #[test]
+    fn an_entry_of_the_largest_data_fits_a_frame_alone_and_one_byte_more_does_not() {
+        let widest =
+            LogId::new(<TypeConfig as RaftTypeConfig>::LeaderId::new_committed(u64::MAX, u64::MAX), u64::MAX);
+        let alone = |data: usize, vote| AppendEntriesRequest::<TypeConfig> {
+            vote,
+            prev_log_id: Some(widest),
+            entries: vec![Entry::new_normal(widest, Request::Command(vec![1; data]))],
+            leader_commit: Some(widest),
+        };
+        for max in [16 << 10, 1 << 20] {
+            let most = max_entry_data(max);
+            assert!(max - most < 600, "{} bytes of overhead in a frame of {max}", max - most);
+            for vote in [Vote::new_committed(u64::MAX, u64::MAX), Vote::new(u64::MAX, u64::MAX)] {
+                let out = encode(&alone(most, vote), max, WRAP).unwrap();
+                let json = serde_json::to_vec(&Msg::AppendEntries(out.head)).unwrap().len();
+                assert!(frame_len(json, out.tail.len()) <= max);
+            }
+            // The widest vote is a candidate's (`"committed":false`).
+            match encode(&alone(most + 1, Vote::new(u64::MAX, u64::MAX)), max, WRAP) {
+                Err(e) => assert!(e.to_string().contains("does not fit"), "{e}"),
+                Ok(out) => panic!("{} bytes of entries went in a frame of {max}", out.tail.len()),
+            }
+            // Ordinary ids: the same data fits.
+            let mut r = rpc(1, 0);
+            r.entries = vec![Entry::new_normal(lid(10), Request::Command(vec![1; most]))];
+            encode(&r, max, WRAP).unwrap();
+        }
+        assert_eq!(max_entry_data(100), 0);
     }
 }

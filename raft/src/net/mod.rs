@@ -4,5 +4,6 @@ pub mod append;
 pub mod chunks;
 pub mod failures;
 pub mod frame;
+pub mod limit;
 pub mod transport;
 pub mod wire;

@@ -9,7 +9,8 @@
 //!
 //! Nothing is larger than a frame (`max_frame`): an append-entries batch carries the prefix of
 //! its entries that fits ([`crate::net::append`]), a snapshot travels in chunks
-//! ([`crate::net::chunks`]).
+//! ([`crate::net::chunks`]). A peer with a smaller limit answers a frame over it with
+//! `Reply::TooLarge`: a failure like the others, logged with its sizes.
 
 use crate::net::append;
 use crate::net::chunks::{chunk_len, pieces};
@@ -135,6 +136,10 @@ impl TcpNet {
         let Some(s) = self.conn.as_mut() else { return Err(io::Error::other("no connection")) };
         write_frame_max(s, msg, tail, self.max_frame).await?;
         match read_frame_max::<_, Reply>(s, self.max_frame).await? {
+            // The peer's limit is smaller than this node's: a misconfigured cluster.
+            Some((Reply::TooLarge(t), _)) => Err(io::Error::other(format!(
+                "the peer refused {t} (every node of a cluster must use the same --max-frame-bytes)"
+            ))),
             Some((reply, _)) => Ok(reply),
             None => Err(io::Error::other("the peer closed the connection (partitioned or stopping)")),
         }
@@ -164,8 +169,7 @@ impl RaftNetworkV2<TypeConfig> for TcpNet {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        // The message enum's JSON around the head: `{"AppendEntries":` and `}`.
-        let out = match append::encode(&rpc, self.max_frame, 32) {
+        let out = match append::encode(&rpc, self.max_frame, append::WRAP) {
             Ok(out) => out,
             Err(e) => return Err(self.failed("append-entries", &e.to_string()).into()),
         };

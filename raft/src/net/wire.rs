@@ -1,6 +1,12 @@
 //! The messages a node's TCP port understands, and their replies. One port serves three
 //! audiences: peers (Raft RPCs, digest claims), clients (catalog writes) and operators/tests
-//! (metrics, lookups, the test-only partition switch and state alteration). Each request gets exactly one reply frame.
+//! (metrics, lookups, the test-only partition switch and state alteration). Each request gets
+//! exactly one reply frame: its answer, or [`Reply::TooLarge`] when the request's frame was
+//! longer than the node's limit (the node did not read it: [`crate::net::frame`]).
+//!
+//! There is no protocol version: every node and client must run builds that agree on these
+//! messages (a write's command moved from the JSON to the frame's tail with the frame-limit
+//! answers, so older and newer builds do not understand each other's writes).
 
 use crate::net::append::AppendHead;
 use crate::{Response, SnapshotMeta, TypeConfig, Vote};
@@ -20,13 +26,14 @@ pub enum Msg {
     /// Raft: bytes `offset..` of a snapshot of `total` bytes, as the frame's raw tail
     /// ([`crate::net::chunks`]); answered `Chunk` until the last, then `Snapshot`.
     SnapshotChunk { vote: Vote, meta: SnapshotMeta, offset: u64, total: u64 },
-    /// Client: a catalog command (the catalog's own encoding) with the client's request id
+    /// Client: a catalog command, as the frame's raw tail in the catalog's own encoding (not
+    /// in the JSON, where bytes would be an array of numbers), with the client's request id
     /// (the same id on every retry of one logical write: the apply seam applies it once).
     /// `forwarded`: sent by a follower on its client's behalf; never forwarded again (a node
     /// that is not the leader answers it with a redirect), and dropped by the partition switch
-    /// like Raft traffic, since it travels between nodes.
+    /// like Raft traffic, since it travels between nodes. How large a command may be:
+    /// [`crate::net::limit`].
     Write {
-        command: Vec<u8>,
         request_id: u64,
         #[serde(default)]
         forwarded: bool,
@@ -80,6 +87,9 @@ pub enum Reply {
     Altered(Result<Option<u64>, String>),
     /// The request could not be served at all (with why).
     Error(String),
+    /// The request's frame was longer than this node's limit: it was not read (its body was
+    /// skipped), so nothing it asked for was done. For a write: never appended.
+    TooLarge(crate::net::frame::TooLarge),
 }
 
 /// What became of a client's write (docs/invariants.md I1's two failure kinds, plus routing).

@@ -72,7 +72,8 @@ pub struct NodeConfig {
     pub segment_len_bytes: u32,
     /// The largest frame this node reads or writes on its port (every node of a cluster must
     /// use the same). A snapshot travels in chunks and an append-entries batch is cut to fit,
-    /// so this bounds a message, not what can be replicated.
+    /// so this bounds a message, not what can be replicated; a client's write that does not
+    /// fit (its request, or the log entry it would become) is Rejected (`crate::net::limit`).
     pub max_frame_bytes: usize,
 }
 

@@ -1,30 +1,39 @@
 //! A node's TCP port: one task per connection, one reply frame per request frame.
 //!
+//! - A request frame longer than this node's limit is answered `Reply::TooLarge` (its length
+//!   and the limit), its body skipped, and the connection kept ([`next_request`]; why skip
+//!   and not close: `net/frame.rs`). This holds while the partition switch is on too: the
+//!   frame was not read, so it may be a client's as well as a peer's, and the answer (nothing
+//!   was read, nothing done) is true of either.
 //! - Raft RPCs go straight to openraft. While the partition switch is on they are dropped:
 //!   the connection is closed without a reply, as a cut network would (the sender sees
 //!   `Unreachable`). A reply computed while the switch went on is dropped too.
-//! - A client write is decoded first (bytes that are not a catalog command are Rejected and
-//!   never logged), wrapped in the apply seam's envelope with the client's request id, and
-//!   proposed. Only a commit by a majority is acknowledged (`Committed`, with its index); a
-//!   proposal refused before it was appended is `Rejected`; a proposal that may be in some log
-//!   but is not known committed is `Indeterminate`. A leader does not wait for a commit it can
-//!   no longer make: when it stops leading or its lease lapses while a write waits, the write is
-//!   answered at once ([`super::stall`]), not after the write timeout.
+//! - A client write (its command is the frame's raw tail) is decoded first (bytes that are not a
+//!   catalog command, or a command whose log entry no append-entries frame could carry,
+//!   `net/limit.rs`, are Rejected and never logged), wrapped in the apply seam's envelope with
+//!   the client's request id, and proposed. Only a commit by a majority is acknowledged
+//!   (`Committed`, with its index); a proposal refused before it was appended is `Rejected`; a
+//!   proposal that may be in some log but is not known committed is `Indeterminate`. A leader
+//!   does not wait for a commit it can no longer make: when it stops leading or its lease lapses
+//!   while a write waits, the write is answered at once ([`super::stall`]), not after the write
+//!   timeout.
 //! - A follower that knows the leader forwards a client's write to it (same request id, marked
-//!   forwarded so it is never forwarded again) and answers with the leader's reply: the client
-//!   needs no second round trip. When the leader cannot be reached (nothing was sent), or the
-//!   write was itself forwarded, the answer is a `Redirect` to the leader, as before; when the
-//!   connection fails after the write was sent, or another node leads or the leader falls
-//!   silent before it answered (it may be stopped and never answer), `Indeterminate` (it may
-//!   have been appended). A follower whose leader has been silent for three heartbeats does not
-//!   forward: `Rejected`, retry ([`super::stall`]).
+//!   forwarded so it is never forwarded again) and answers with the leader's reply (a leader with
+//!   a smaller frame limit, a misconfiguration, answers `TooLarge`: the follower answers
+//!   `Rejected`, since the leader read nothing): the client needs no second round trip. When the
+//!   leader cannot be reached (nothing was sent), or the write was itself forwarded, the answer
+//!   is a `Redirect` to the leader, as before; when the connection fails after the write was
+//!   sent, or another node leads or the leader falls silent before it answered (it may be stopped
+//!   and never answer), `Indeterminate` (it may have been appended). A follower whose leader has
+//!   been silent for three heartbeats does not forward: `Rejected`, retry ([`super::stall`]).
 //! - Admin requests read this node's metrics and applied state.
 //! - A follower's digest claim is proposed if this node leads (`node/claims.rs`). A node that
 //!   fenced itself answers only metrics and the partition switch: a write is Rejected (nothing
 //!   was appended here), everything else an error naming the fence.
 
 use crate::net::chunks::{self, Chunk, Incoming};
-use crate::net::frame::{read_frame, read_frame_max, write_frame, write_frame_max};
+use crate::net::frame::{read_frame_max, read_next, skip_body, write_frame_max, Next};
+use crate::net::limit;
 use crate::net::transport::Partition;
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
 use crate::node::{stall, RaftNode};
@@ -34,6 +43,7 @@ use openraft::error::{ClientWriteError, ForwardReason, ForwardToLeader, RaftErro
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 /// What every connection task shares.
@@ -82,7 +92,7 @@ async fn connection(mut s: TcpStream, ctx: &Ctx) -> io::Result<()> {
     let mut served = 0u64;
     // A snapshot being received in chunks on this connection.
     let mut incoming = None;
-    while let Some((msg, tail)) = read_frame_max::<_, Msg>(&mut s, ctx.max_frame).await? {
+    while let Some((msg, tail)) = next_request(&mut s, ctx.max_frame).await? {
         served += 1;
         let raft = msg.is_raft();
         if raft && ctx.partition.is_on() {
@@ -96,6 +106,26 @@ async fn connection(mut s: TcpStream, ctx: &Ctx) -> io::Result<()> {
         debug_assert!(served < u64::MAX);
     }
     Ok(())
+}
+
+/// The next request on `s` of at most `max` bytes; `None` when the peer closed the connection.
+/// A longer frame is answered here, `Reply::TooLarge`, and its body skipped; then the next.
+async fn next_request<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    max: usize,
+) -> io::Result<Option<(Msg, Vec<u8>)>> {
+    loop {
+        match read_next::<_, Msg>(s, max).await? {
+            Next::Frame(msg, tail) => return Ok(Some((msg, tail))),
+            Next::Closed => return Ok(None),
+            Next::TooLarge(t) => {
+                // The answer first: a peer that reads while it sends learns at once, and one
+                // that reads after sending finds it waiting.
+                write_frame_max(s, &Reply::TooLarge(t), &[], max).await?;
+                skip_body(s, t).await?;
+            }
+        }
+    }
 }
 
 async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incoming>) -> Reply {
@@ -127,9 +157,7 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incomi
                 Err(why) => Reply::Chunk(Err(why)),
             }
         }
-        Msg::Write { command, request_id, forwarded } => {
-            Reply::Write(write(ctx, &command, request_id, forwarded).await)
-        }
+        Msg::Write { request_id, forwarded } => Reply::Write(write(ctx, &tail, request_id, forwarded).await),
         Msg::Metrics => Reply::Metrics(Box::new(metrics(ctx).await)),
         Msg::Lookup { parent, name } => lookup(ctx, parent, name).await,
         Msg::Partition { on } => Reply::Partition(if ctx.allow_faults {
@@ -162,9 +190,16 @@ fn forward(ctx: &Ctx, f: &ForwardToLeader<crate::TypeConfig>) -> WriteReply {
     }
 }
 
-/// Sends a write to the leader at `addr` on a pooled connection and returns its reply. `Err`
-/// with `sent == false`: nothing reached the leader (no connection, the partition switch).
-async fn forward_to(ctx: &Ctx, addr: &str, msg: &Msg) -> Result<WriteReply, (bool, String)> {
+/// Sends a write (`msg` and its command, `tail`) to the leader `leader` at `addr` on a pooled
+/// connection and returns its reply. `Err` with `sent == false`: nothing reached the leader
+/// (no connection, the partition switch).
+async fn forward_to(
+    ctx: &Ctx,
+    leader: u64,
+    addr: &str,
+    msg: &Msg,
+    tail: &[u8],
+) -> Result<WriteReply, (bool, String)> {
     if ctx.partition.is_on() {
         return Err((false, "partitioned (test fault switch)".into()));
     }
@@ -184,20 +219,28 @@ async fn forward_to(ctx: &Ctx, addr: &str, msg: &Msg) -> Result<WriteReply, (boo
     };
     // The leader answers within its own write timeout; a little more for the hop.
     let r = tokio::time::timeout(ctx.write_timeout + Duration::from_secs(1), async {
-        write_frame(&mut s, msg, &[]).await?;
-        read_frame::<_, Reply>(&mut s).await
+        write_frame_max(&mut s, msg, tail, ctx.max_frame).await?;
+        read_frame_max::<_, Reply>(&mut s, ctx.max_frame).await
     })
     .await;
-    match r {
-        Ok(Ok(Some((Reply::Write(w), _)))) => {
-            ctx.forward_pool.lock().await.entry(addr.to_string()).or_default().push(s);
-            Ok(w)
-        }
-        Ok(Ok(Some((other, _)))) => Err((true, format!("unexpected reply {other:?}"))),
-        Ok(Ok(None)) => Err((true, format!("{addr} closed the connection"))),
-        Ok(Err(e)) => Err((true, e.to_string())),
-        Err(_) => Err((true, format!("{addr}: no reply in time"))),
-    }
+    // A reply read whole leaves the connection in step (after TooLarge too: the leader skipped
+    // the body), so it goes back to the pool.
+    let reply = match r {
+        Ok(Ok(Some((Reply::Write(w), _)))) => w,
+        Ok(Ok(Some((Reply::TooLarge(t), _)))) => WriteReply::Rejected {
+            why: format!(
+                "{}; every node of a cluster must use the same --max-frame-bytes",
+                limit::refused_why(t, &format!("the leader's (node {leader} at {addr})"))
+            ),
+            retry: false,
+        },
+        Ok(Ok(Some((other, _)))) => return Err((true, format!("unexpected reply {other:?}"))),
+        Ok(Ok(None)) => return Err((true, format!("{addr} closed the connection"))),
+        Ok(Err(e)) => return Err((true, e.to_string())),
+        Err(_) => return Err((true, format!("{addr}: no reply in time"))),
+    };
+    ctx.forward_pool.lock().await.entry(addr.to_string()).or_default().push(s);
+    Ok(reply)
 }
 
 async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: bool) -> WriteReply {
@@ -205,6 +248,12 @@ async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: 
         Ok(c) => c,
         Err(e) => return WriteReply::Rejected { why: format!("not a catalog command: {e}"), retry: false },
     };
+    // An entry no append-entries frame could carry must never be proposed (`net/limit.rs`).
+    if let Some(refused) =
+        limit::check(command_untrusted.len(), request_id, forwarded, ctx.max_frame, "this node's")
+    {
+        return refused;
+    }
     let req = Request::command(&cmd, (request_id != 0).then_some(request_id));
     let leading = stall::Leading::now(&ctx.raft);
     let proposal = ctx.raft.client_write(req);
@@ -245,10 +294,10 @@ async fn write(ctx: &Ctx, command_untrusted: &[u8], request_id: u64, forwarded: 
                     retry: true,
                 };
             }
-            let msg = Msg::Write { command: command_untrusted.to_vec(), request_id, forwarded: true };
+            let msg = Msg::Write { request_id, forwarded: true };
             tokio::select! {
                 biased;
-                r = forward_to(ctx, addr, &msg) => match r {
+                r = forward_to(ctx, *leader, addr, &msg, command_untrusted) => match r {
                     Ok(w) => w,
                     // Nothing reached the leader: the client may try it itself.
                     Err((false, _)) => reply,
@@ -344,5 +393,36 @@ async fn lookup(ctx: &Ctx, parent: Option<u64>, name: String) -> Reply {
     match r {
         Ok(e) => Reply::Lookup(e),
         Err(e) => Reply::Error(format!("the state machine is unavailable: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::frame::{read_frame, write_frame, TooLarge};
+
+    /// A request over the limit is answered `TooLarge` while its sender is still sending (the
+    /// pipe holds far less than the body), its body is skipped, and the request after it on
+    /// the same connection is served.
+    #[tokio::test]
+    async fn an_oversized_request_is_answered_then_skipped_and_the_next_one_served() {
+        let (mut node, peer) = tokio::io::duplex(4096);
+        let (mut from_node, mut to_node) = tokio::io::split(peer);
+        let sender = tokio::spawn(async move {
+            write_frame(&mut to_node, &Msg::Write { request_id: 7, forwarded: false }, &[1u8; 100_000])
+                .await?;
+            write_frame(&mut to_node, &Msg::Metrics, &[]).await
+        });
+        let max = 16 << 10;
+        let (msg, tail) = next_request(&mut node, max).await.unwrap().unwrap();
+        assert!(matches!(msg, Msg::Metrics) && tail.is_empty(), "{msg:?}");
+        sender.await.unwrap().unwrap();
+        let (reply, _) = read_frame::<_, Reply>(&mut from_node).await.unwrap().unwrap();
+        let Reply::TooLarge(t) = reply else { panic!("{reply:?}") };
+        let json = serde_json::to_vec(&Msg::Write { request_id: 7, forwarded: false }).unwrap().len();
+        assert_eq!(t, TooLarge { len: (4 + json + 100_000) as u64, max: max as u64 });
+        // The peer closes: the end, not an error.
+        drop(from_node);
+        assert!(next_request(&mut node, max).await.unwrap().is_none());
     }
 }
