@@ -8,7 +8,10 @@
 //! last answer: `Committed` (acknowledged: committed by a majority), a final `Rejected`, or
 //! `Indeterminate`. An attempt that could not even connect sent nothing: a write none of whose
 //! attempts reached a node is `Rejected` as unavailable (`retry: true`), never `Indeterminate`
-//! ("connection refused" is not "maybe appended"); once one attempt may have been sent, the
+//! ("connection refused" is not "maybe appended"). A kept connection that the node closed since
+//! the last request (it stopped or restarted) is replaced before anything is written on it
+//! ([`crate::net::idle`]), so a long-lived client whose whole cluster went away answers
+//! unavailable too, not Indeterminate. Once one attempt may have been sent, the
 //! write can only end `Committed` or `Indeterminate`. A retry that finds its request id already
 //! applied is the write's success: it is answered `Committed` at the index where the write
 //! first applied (its outcome `Duplicate` of that index), not at the retry's own no-op entry.
@@ -47,8 +50,8 @@
 //! concurrent caller.
 
 use crate::net::frame::{read_frame_max, write_frame_max, MAX_FRAME_LEN};
-use crate::net::limit;
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
+use crate::net::{idle, limit};
 use crate::Response;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -231,6 +234,11 @@ impl Client {
         // Set once the request's first byte may have left: from then on the node may have
         // read all of it (a failure before that, connecting, sent nothing).
         let mut sent = false;
+        // A kept connection the node has closed since (it stopped or restarted) is replaced
+        // before anything is written: a request written into it would be "maybe sent".
+        if conns.get(addr).is_some_and(|s| !idle::reusable(s)) {
+            conns.remove(addr);
+        }
         let r = tokio::time::timeout(bound, async {
             if !conns.contains_key(addr) {
                 let s = TcpStream::connect(addr).await?;

@@ -21,7 +21,8 @@
 //!   forwarded so it is never forwarded again) and answers with the leader's reply (a leader with
 //!   a smaller frame limit, a misconfiguration, answers `TooLarge`: the follower answers
 //!   `Rejected`, since the leader read nothing): the client needs no second round trip. When the
-//!   leader cannot be reached (nothing was sent), or the write was itself forwarded, the answer
+//!   leader cannot be reached (nothing was sent; a pooled connection the leader has closed
+//!   since is dropped unused, `net/idle.rs`), or the write was itself forwarded, the answer
 //!   is a `Redirect` to the leader, as before; when the connection fails after the write was
 //!   sent, or another node leads or the leader falls silent before it answered (it may be stopped
 //!   and never answer), `Indeterminate` (it may have been appended). A follower whose leader has
@@ -33,9 +34,9 @@
 
 use crate::net::chunks::{self, Chunk, Incoming};
 use crate::net::frame::{read_frame_max, read_next, skip_body, write_frame_max, Next};
-use crate::net::limit;
 use crate::net::transport::Partition;
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
+use crate::net::{idle, limit};
 use crate::node::{stall, RaftNode};
 use crate::{Request, StateMachineStore};
 use openraft::async_runtime::WatchReceiver;
@@ -203,8 +204,15 @@ async fn forward_to(
     if ctx.partition.is_on() {
         return Err((false, "partitioned (test fault switch)".into()));
     }
-    let idle = ctx.forward_pool.lock().await.get_mut(addr).and_then(Vec::pop);
-    let mut s = match idle {
+    // A pooled connection the leader closed since (it stopped or restarted) is dropped
+    // unused: a write sent into it would be answered Indeterminate though nothing read it.
+    let kept = ctx
+        .forward_pool
+        .lock()
+        .await
+        .get_mut(addr)
+        .and_then(|conns| std::iter::from_fn(|| conns.pop()).find(idle::reusable));
+    let mut s = match kept {
         Some(s) => s,
         None => {
             let connect = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await;
