@@ -49,7 +49,7 @@
 //! One request at a time per `Client` (it keeps one connection per node); use one per
 //! concurrent caller.
 
-use crate::net::frame::{read_frame_max, write_frame_max, MAX_FRAME_LEN};
+use crate::net::frame::{read_frame_max, write_frame_max, TooLarge, MAX_FRAME_LEN};
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
 use crate::net::{idle, limit};
 use crate::Response;
@@ -248,20 +248,28 @@ impl Client {
             let Some(s) = conns.get_mut(addr) else { return Err(io::Error::other("no connection")) };
             sent = true;
             write_frame_max(s, msg, tail, self.max_frame).await?;
-            match read_frame_max::<_, Reply>(s, self.max_frame).await? {
-                Some((reply, _)) => Ok(reply),
-                None => Err(io::Error::other(format!("{addr} closed the connection"))),
+            match read_frame_max::<_, Reply>(s, self.max_frame).await {
+                Ok(Some((reply, _))) => Ok(reply),
+                Ok(None) => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed the connection")),
+                // Bytes that are not a reply this client reads (its length field is past the
+                // limit): what answered may not be a node at all.
+                Err(e) => Err(match TooLarge::of(&e) {
+                    Some(t) => io::Error::new(
+                        e.kind(),
+                        format!("its reply is not one this client reads ({t}): is a walraft node listening there?"),
+                    ),
+                    None => e,
+                }),
             }
         })
         .await
-        .unwrap_or_else(|_| {
-            Err(io::Error::new(io::ErrorKind::TimedOut, format!("{addr}: no reply within {bound:?}")))
-        });
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no reply within {bound:?}"))));
         if r.is_err() {
             // A late reply must never be read as the answer to the next request.
             conns.remove(addr);
         }
-        r.map_err(|error| CallFailed { sent, error })
+        // Every failure names the node it happened at.
+        r.map_err(|e| CallFailed { sent, error: io::Error::new(e.kind(), format!("{addr}: {e}")) })
     }
 
     /// One write attempt at one node within the call timeout, no routing or retry.
@@ -387,7 +395,7 @@ impl Client {
                 Err(CallFailed { sent: false, error }) => {
                     // Not connected: nothing reached that node, nothing can be appended.
                     last = WriteReply::Rejected {
-                        why: format!("unavailable: no node could be reached ({}: {error})", route.target),
+                        why: format!("unavailable: no node could be reached ({error})"),
                         retry: true,
                     };
                     route.suspect();

@@ -111,3 +111,19 @@ async fn a_write_to_a_cluster_gone_since_the_last_write_is_rejected_not_indeterm
         "the node had closed the connection before this write: nothing reached it: {r:?}"
     );
 }
+
+/// Something else listens at a node's address (a web server, say): it reads the request and
+/// answers with bytes that are not a frame. The client neither panics nor waits for its
+/// deadline on one attempt: the answer names the address and what came back. It stays
+/// Indeterminate: whatever listens there did read the request, and the client cannot prove it
+/// is not a node.
+#[tokio::test]
+async fn a_write_to_an_address_that_speaks_something_else_names_it() {
+    let (addr, server) = reads_then_answers(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+    let c = client(vec![addr.clone()]);
+    let r = c.write(&create()).await;
+    server.abort();
+    let WriteReply::Indeterminate { why } = &r else { panic!("{r:?}") };
+    assert!(why.contains(&addr), "{why}");
+    assert!(why.contains("is a walraft node listening there?"), "{why}");
+}
