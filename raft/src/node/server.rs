@@ -2,7 +2,8 @@
 //!
 //! - A request frame longer than this node's limit is answered `Reply::TooLarge` (its length
 //!   and the limit), its body skipped, and the connection kept ([`next_request`]; why skip
-//!   and not close: `net/frame.rs`). This holds while the partition switch is on too: the
+//!   and not close: `net/frame.rs`); a length past any frame a conforming peer sends is
+//!   answered and the connection closed, its body unread. This holds while the partition switch is on too: the
 //!   frame was not read, so it may be a client's as well as a peer's, and the answer (nothing
 //!   was read, nothing done) is true of either.
 //! - Raft RPCs go straight to openraft. While the partition switch is on they are dropped:
@@ -432,5 +433,24 @@ mod tests {
         // The peer closes: the end, not an error.
         drop(from_node);
         assert!(next_request(&mut node, max).await.unwrap().is_none());
+    }
+
+    /// A length field past the protocol maximum (4 GiB, from a peer that is not a conforming
+    /// node or client) is answered, and the connection closed rather than its body read: the
+    /// peer holds the connection open and sends nothing more, and the node does not wait for
+    /// 4 GiB that will never come (nor read them at line speed if they did).
+    #[tokio::test]
+    async fn a_length_past_the_protocol_maximum_is_answered_and_the_connection_closed() {
+        let (mut node, peer) = tokio::io::duplex(4096);
+        let (mut from_node, mut to_node) = tokio::io::split(peer);
+        tokio::io::AsyncWriteExt::write_all(&mut to_node, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(10), next_request(&mut node, 16 << 10))
+            .await
+            .expect("the node waited for the body of a 4 GiB frame");
+        let err = r.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        let (reply, _) = read_frame::<_, Reply>(&mut from_node).await.unwrap().unwrap();
+        assert!(matches!(reply, Reply::TooLarge(TooLarge { len: 0xffff_ffff, .. })), "{reply:?}");
+        drop(to_node);
     }
 }
