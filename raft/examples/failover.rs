@@ -19,16 +19,20 @@
 //! what the client and the write path add to the election. At the end the three must agree (same
 //! applied index and digest) or it exits non-zero.
 
+// The process harness of the tests (three `walraft-node` children, killed on drop; its
+// waits panic when they run out).
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use clap::Parser;
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::Cluster;
 use wal_raft::client::Client;
-use wal_raft::net::wire::{NodeMetrics, WriteReply};
+use wal_raft::net::wire::WriteReply;
 use wal_raft::node::NodeConfig;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -84,152 +88,32 @@ impl Fault {
     }
 }
 
-/// Three node processes; every child is killed when dropped (also a stopped one).
-struct Cluster {
-    bin: PathBuf,
-    dir: tempfile::TempDir,
-    addrs: BTreeMap<u64, String>,
-    children: BTreeMap<u64, Child>,
-    flags: Vec<String>,
+/// How long after `t0` one of the nodes other than `old` reported itself leader of a term
+/// after `term` (polled every 10 ms, so up to that late), waiting at most 60 s.
+async fn elected(c: &Cluster, old: u64, term: u64, t0: Instant) -> Option<Duration> {
+    while t0.elapsed() < Duration::from_secs(60) {
+        for id in (1..=3).filter(|i| *i != old) {
+            if c.metrics(id).await.is_some_and(|m| m.state == "Leader" && m.term > term) {
+                return Some(t0.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Cluster {
-    fn start(bin: PathBuf, flags: Vec<String>) -> Res<Cluster> {
-        let ls: Vec<TcpListener> =
-            (0..3).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
-        let addrs =
-            (1..=3u64).zip(&ls).map(|(i, l)| Ok((i, l.local_addr()?.to_string()))).collect::<Res<_>>()?;
-        drop(ls);
-        let mut c = Cluster { bin, dir: tempfile::tempdir()?, addrs, children: BTreeMap::new(), flags };
-        for id in 1..=3 {
-            c.spawn(id)?;
-        }
-        Ok(c)
-    }
-
-    fn spawn(&mut self, id: u64) -> Res<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(format!("n{id}.out")))?;
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(["run", "--id", &id.to_string(), "--listen", &self.addrs[&id], "--allow-faults", "--data"])
-            .arg(self.dir.path().join(format!("n{id}")))
-            .args(&self.flags)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        for (p, a) in &self.addrs {
-            if *p != id {
-                cmd.arg("--peer").arg(format!("{p}={a}"));
+/// Waits (bounded) until node `id` follows a leader and has applied at least `index`.
+async fn caught_up(c: &Cluster, id: u64, index: u64) -> Res<()> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(60) {
+        if let Some(m) = c.metrics(id).await {
+            if m.leader.is_some() && m.last_applied.is_some_and(|a| a >= index) {
+                return Ok(());
             }
         }
-        if id == 1 {
-            cmd.arg("--initialize");
-        }
-        self.children.insert(id, cmd.spawn()?);
-        Ok(())
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-
-    fn signal(&self, id: u64, signal: &str) -> Res<()> {
-        let pid = self.children.get(&id).ok_or("no such child")?.id().to_string();
-        let s = Command::new("kill").arg(format!("-{signal}")).arg(pid).status()?;
-        if !s.success() {
-            return Err(format!("kill -{signal} node {id}: {s}").into());
-        }
-        Ok(())
-    }
-
-    fn kill9(&mut self, id: u64) -> Res<()> {
-        let mut c = self.children.remove(&id).ok_or("no such child")?;
-        c.kill()?;
-        c.wait()?;
-        Ok(())
-    }
-
-    fn admin(&self) -> Client {
-        let mut c = Client::new(self.addrs.values().cloned().collect());
-        c.call_timeout = Duration::from_secs(2);
-        c
-    }
-
-    async fn metrics(&self, id: u64) -> Option<NodeMetrics> {
-        self.admin().metrics(&self.addrs[&id]).await.ok()
-    }
-
-    /// The leader that a majority agrees on (bounded).
-    async fn leader(&self) -> Res<u64> {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(30) {
-            let mut ms = Vec::new();
-            for id in 1..=3 {
-                ms.extend(self.metrics(id).await);
-            }
-            if let Some(l) = ms.iter().find(|m| m.state == "Leader") {
-                if ms.iter().filter(|m| m.leader == Some(l.id) && m.term == l.term).count() >= 2 {
-                    return Ok(l.id);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Err("no leader within 30 s".into())
-    }
-
-    /// How long after `t0` one of the nodes other than `old` reported itself leader of a term
-    /// after `term` (polled every 10 ms, so up to that late), waiting at most 60 s.
-    async fn elected(&self, old: u64, term: u64, t0: Instant) -> Option<Duration> {
-        while t0.elapsed() < Duration::from_secs(60) {
-            for id in (1..=3).filter(|i| *i != old) {
-                if self.metrics(id).await.is_some_and(|m| m.state == "Leader" && m.term > term) {
-                    return Some(t0.elapsed());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        None
-    }
-
-    /// Waits (bounded) until node `id` follows a leader and has applied at least `index`.
-    async fn caught_up(&self, id: u64, index: u64) -> Res<()> {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(60) {
-            if let Some(m) = self.metrics(id).await {
-                if m.leader.is_some() && m.last_applied.is_some_and(|a| a >= index) {
-                    return Ok(());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Err(format!("node {id} did not catch up to index {index} within 60 s").into())
-    }
-
-    /// The three at one applied index with one digest (bounded; no load running).
-    async fn agreement(&self) -> Res<(u64, String)> {
-        let t = Instant::now();
-        let mut seen = Vec::new();
-        while t.elapsed() < Duration::from_secs(30) {
-            seen.clear();
-            for id in 1..=3 {
-                seen.push(self.metrics(id).await.map(|m| (m.last_applied, m.digest)));
-            }
-            if let Some(Some((Some(at), d))) = seen.first() {
-                if seen.iter().all(|s| s.as_ref().is_some_and(|(a, x)| *a == Some(*at) && x == d)) {
-                    return Ok((*at, d.clone()));
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Err(format!("the nodes did not agree within 30 s: {seen:?}").into())
-    }
+    Err(format!("node {id} did not catch up to index {index} within 60 s").into())
 }
 
 /// One write as the load saw it.
@@ -327,18 +211,17 @@ async fn flowing(load: &Load, t: Instant, n: usize) -> Res<()> {
 
 /// One trial: fault the leader under load, time the next acknowledgement, heal, catch up.
 async fn trial(c: &mut Cluster, load: &Load, fault: Fault) -> Res<(Duration, Duration)> {
-    let leader = c.leader().await?;
-    let term = c.metrics(leader).await.map_or(0, |m| m.term);
+    let (leader, term) = c.leader(&[1, 2, 3]).await;
     flowing(load, Instant::now(), 20).await?;
-    let admin = c.admin();
-    let addr = c.addrs[&leader].clone();
+    let addr = c.addr(leader);
+    let admin = c.client(&[leader]);
     let t0 = match fault {
         Fault::Kill => {
-            c.kill9(leader)?;
+            c.kill9(leader);
             Instant::now()
         }
         Fault::Stop => {
-            c.signal(leader, "STOP")?;
+            c.signal(leader, "STOP");
             Instant::now()
         }
         Fault::Partition => {
@@ -347,11 +230,11 @@ async fn trial(c: &mut Cluster, load: &Load, fault: Fault) -> Res<(Duration, Dur
         }
     };
     let (elected, gap) =
-        tokio::join!(c.elected(leader, term, t0), load.first_ack_after(t0, Duration::from_secs(60)));
+        tokio::join!(elected(c, leader, term, t0), load.first_ack_after(t0, Duration::from_secs(60)));
     let healed = Instant::now();
     match fault {
-        Fault::Kill => c.spawn(leader)?,
-        Fault::Stop => c.signal(leader, "CONT")?,
+        Fault::Kill => c.spawn(leader),
+        Fault::Stop => c.signal(leader, "CONT"),
         Fault::Partition => admin.partition(&addr, false).await?,
     }
     let gap =
@@ -360,9 +243,9 @@ async fn trial(c: &mut Cluster, load: &Load, fault: Fault) -> Res<(Duration, Dur
         elected.ok_or_else(|| format!("{}: no new leader within 60 s of the fault", fault.name()))?;
     // The old leader rejoins and catches up to what was committed by the heal; the load runs
     // on meanwhile.
-    let new = c.leader().await?;
+    let (new, _) = c.leader(&[1, 2, 3]).await;
     let committed = c.metrics(new).await.and_then(|m| m.committed).unwrap_or(0);
-    c.caught_up(leader, committed).await?;
+    caught_up(c, leader, committed).await?;
     flowing(load, healed, 20).await?;
     Ok((elected, gap))
 }
@@ -406,18 +289,22 @@ fn main() -> Res<()> {
     let heartbeat_ms = a.heartbeat_ms.unwrap_or(node.heartbeat_ms);
     let election_min_ms = a.election_min_ms.unwrap_or(node.election_min_ms);
     let election_max_ms = a.election_max_ms.unwrap_or(node.election_max_ms);
+    // Every flag the shared harness would otherwise set to the tests' values is given: the
+    // nodes run with their own defaults but for the timing asked for.
     let flags: Vec<String> = [
         ("--heartbeat-ms", heartbeat_ms),
         ("--election-min-ms", election_min_ms),
         ("--election-max-ms", election_max_ms),
+        ("--write-timeout-ms", node.write_timeout.as_millis() as u64),
+        ("--checkpoint-every", node.checkpoint_every),
     ]
     .iter()
     .flat_map(|(f, v)| [f.to_string(), v.to_string()])
     .collect();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
-        let mut c = Cluster::start(bin.clone(), flags)?;
-        c.leader().await?;
+        let mut c = Cluster::start_with(bin.clone(), flags);
+        c.leader(&[1, 2, 3]).await;
         let load = Load::start(c.addrs.values().cloned().collect(), a.writers);
         let started = Instant::now();
         let mut gaps: BTreeMap<usize, Vec<(Duration, Duration)>> = BTreeMap::new();
@@ -436,7 +323,7 @@ fn main() -> Res<()> {
         }
         let unacked = load.unacked_since(started);
         load.finish().await;
-        let (index, digest) = c.agreement().await?;
+        let (index, digest) = c.converged(&[1, 2, 3], 0).await;
         println!(
             "{} trials per fault, {} writers (default client: first attempt deadline {} ms); nodes: heartbeat {} ms, election timeout {}-{} ms (the leader lease {} ms); {}",
             a.trials,

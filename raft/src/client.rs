@@ -8,7 +8,10 @@
 //! last answer: `Committed` (acknowledged: committed by a majority), a final `Rejected`, or
 //! `Indeterminate`. An attempt that could not even connect sent nothing: a write none of whose
 //! attempts reached a node is `Rejected` as unavailable (`retry: true`), never `Indeterminate`
-//! ("connection refused" is not "maybe appended"); once one attempt may have been sent, the
+//! ("connection refused" is not "maybe appended"). A kept connection that the node closed since
+//! the last request (it stopped or restarted) is replaced before anything is written on it
+//! ([`crate::net::idle`]), so a long-lived client whose whole cluster went away answers
+//! unavailable too, not Indeterminate. Once one attempt may have been sent, the
 //! write can only end `Committed` or `Indeterminate`. A retry that finds its request id already
 //! applied is the write's success: it is answered `Committed` at the index where the write
 //! first applied (its outcome `Duplicate` of that index), not at the retry's own no-op entry.
@@ -46,9 +49,9 @@
 //! One request at a time per `Client` (it keeps one connection per node); use one per
 //! concurrent caller.
 
-use crate::net::frame::{read_frame_max, write_frame_max, MAX_FRAME_LEN};
-use crate::net::limit;
+use crate::net::frame::{read_frame_max, write_frame_max, TooLarge, MAX_FRAME_LEN};
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
+use crate::net::{idle, limit};
 use crate::Response;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -231,6 +234,11 @@ impl Client {
         // Set once the request's first byte may have left: from then on the node may have
         // read all of it (a failure before that, connecting, sent nothing).
         let mut sent = false;
+        // A kept connection the node has closed since (it stopped or restarted) is replaced
+        // before anything is written: a request written into it would be "maybe sent".
+        if conns.get(addr).is_some_and(|s| !idle::reusable(s)) {
+            conns.remove(addr);
+        }
         let r = tokio::time::timeout(bound, async {
             if !conns.contains_key(addr) {
                 let s = TcpStream::connect(addr).await?;
@@ -240,20 +248,28 @@ impl Client {
             let Some(s) = conns.get_mut(addr) else { return Err(io::Error::other("no connection")) };
             sent = true;
             write_frame_max(s, msg, tail, self.max_frame).await?;
-            match read_frame_max::<_, Reply>(s, self.max_frame).await? {
-                Some((reply, _)) => Ok(reply),
-                None => Err(io::Error::other(format!("{addr} closed the connection"))),
+            match read_frame_max::<_, Reply>(s, self.max_frame).await {
+                Ok(Some((reply, _))) => Ok(reply),
+                Ok(None) => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed the connection")),
+                // Bytes that are not a reply this client reads (its length field is past the
+                // limit): what answered may not be a node at all.
+                Err(e) => Err(match TooLarge::of(&e) {
+                    Some(t) => io::Error::new(
+                        e.kind(),
+                        format!("its reply is not one this client reads ({t}): is a walraft node listening there?"),
+                    ),
+                    None => e,
+                }),
             }
         })
         .await
-        .unwrap_or_else(|_| {
-            Err(io::Error::new(io::ErrorKind::TimedOut, format!("{addr}: no reply within {bound:?}")))
-        });
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no reply within {bound:?}"))));
         if r.is_err() {
             // A late reply must never be read as the answer to the next request.
             conns.remove(addr);
         }
-        r.map_err(|error| CallFailed { sent, error })
+        // Every failure names the node it happened at.
+        r.map_err(|e| CallFailed { sent, error: io::Error::new(e.kind(), format!("{addr}: {e}")) })
     }
 
     /// One write attempt at one node within the call timeout, no routing or retry.
@@ -379,7 +395,7 @@ impl Client {
                 Err(CallFailed { sent: false, error }) => {
                     // Not connected: nothing reached that node, nothing can be appended.
                     last = WriteReply::Rejected {
-                        why: format!("unavailable: no node could be reached ({}: {error})", route.target),
+                        why: format!("unavailable: no node could be reached ({error})"),
                         retry: true,
                     };
                     route.suspect();

@@ -1,10 +1,14 @@
 //! Issue 21, finding 5: what a client's write answers when no node can be reached, or when the
-//! request may have reached one. No cluster: closed ports and a listener that never answers.
+//! request may have reached one. No cluster: closed ports, a listener that never answers, and
+//! stand-in nodes that speak the frame protocol (or something else) from a task.
 
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 use wal_raft::client::Client;
-use wal_raft::net::wire::WriteReply;
+use wal_raft::net::frame::{read_frame, write_frame};
+use wal_raft::net::wire::{Msg, Reply, WriteReply};
+use wal_raft::Response;
 
 fn create() -> catalog::Command {
     catalog::Command::Create {
@@ -29,6 +33,22 @@ fn closed_ports(n: usize) -> Vec<String> {
     ls.iter().map(|l| l.local_addr().unwrap().to_string()).collect()
 }
 
+/// A listener that, on each connection, reads once (up to 4 KiB), writes `answer` and closes
+/// it; to be aborted.
+async fn reads_then_answers(answer: &'static [u8]) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move {
+        for _ in 0..1000 {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(answer).await;
+        }
+    });
+    (addr, server)
+}
+
 #[tokio::test]
 async fn a_write_that_reached_no_node_is_rejected_as_unavailable() {
     let c = client(closed_ports(3));
@@ -46,18 +66,64 @@ async fn a_write_that_reached_no_node_is_rejected_as_unavailable() {
 async fn a_write_that_may_have_reached_a_node_stays_indeterminate() {
     // One node reads the request and closes without a reply (it may have appended it); the
     // others refuse connections. The write may be in a log: never Rejected.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let server = tokio::spawn(async move {
-        for _ in 0..1000 {
-            let Ok((mut s, _)) = listener.accept().await else { return };
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await;
-        }
-    });
+    let (addr, server) = reads_then_answers(b"").await;
     let mut addrs = vec![addr];
     addrs.extend(closed_ports(2));
     let r = client(addrs).write(&create()).await;
     server.abort();
     assert!(matches!(r, WriteReply::Indeterminate { .. }), "{r:?}");
+}
+
+/// A stand-in node that answers `writes` write requests Committed on one connection, then
+/// closes it and stops listening: it has gone away, as a whole cluster that was stopped.
+async fn answers_then_goes_away(writes: usize) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let node = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        for i in 0..writes {
+            let (msg, _): (Msg, Vec<u8>) = read_frame(&mut s).await.unwrap().unwrap();
+            assert!(matches!(msg, Msg::Write { .. }), "{msg:?}");
+            let index = i as u64 + 1;
+            let reply = Reply::Write(WriteReply::Committed { index, outcome: Response::Blank });
+            write_frame(&mut s, &reply, &[]).await.unwrap();
+        }
+    });
+    (addr, node)
+}
+
+/// A long-lived client keeps its connections between writes. When every node it knows has
+/// since gone away (a cluster stopped, or restarted and not yet listening), its next write
+/// reaches no node: Rejected as unavailable, as for a client that never connected. Before,
+/// the client took the cached connection for a sent request: it wrote into a socket the node
+/// had closed, read the close, and could only answer Indeterminate ("maybe appended").
+#[tokio::test]
+async fn a_write_to_a_cluster_gone_since_the_last_write_is_rejected_not_indeterminate() {
+    let (addr, node) = answers_then_goes_away(1).await;
+    let c = client(vec![addr]);
+    let first = c.write(&create()).await;
+    assert!(matches!(first, WriteReply::Committed { index: 1, .. }), "{first:?}");
+    // The node closed the connection and its port: the close is in this client's socket.
+    node.await.unwrap();
+    let r = c.write(&create()).await;
+    assert!(
+        matches!(&r, WriteReply::Rejected { retry: true, why } if why.starts_with("unavailable")),
+        "the node had closed the connection before this write: nothing reached it: {r:?}"
+    );
+}
+
+/// Something else listens at a node's address (a web server, say): it reads the request and
+/// answers with bytes that are not a frame. The client neither panics nor waits for its
+/// deadline on one attempt: the answer names the address and what came back. It stays
+/// Indeterminate: whatever listens there did read the request, and the client cannot prove it
+/// is not a node.
+#[tokio::test]
+async fn a_write_to_an_address_that_speaks_something_else_names_it() {
+    let (addr, server) = reads_then_answers(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+    let c = client(vec![addr.clone()]);
+    let r = c.write(&create()).await;
+    server.abort();
+    let WriteReply::Indeterminate { why } = &r else { panic!("{r:?}") };
+    assert!(why.contains(&addr), "{why}");
+    assert!(why.contains("is a walraft node listening there?"), "{why}");
 }

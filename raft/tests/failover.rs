@@ -12,6 +12,8 @@
 //! answered a write it could not commit after its write timeout) cannot produce the
 //! acknowledgement in time, only the client's per-attempt deadline, the leader's lease watch and
 //! the followers' watch of their leader (silent, or replaced) can.
+//!
+//! Also: a follower does not forward a write into a pooled connection its killed leader closed.
 
 mod support;
 
@@ -366,4 +368,32 @@ async fn a_retried_write_that_had_committed_is_reported_at_its_first_index() {
     }
     let e = c.client(&[follower]).lookup(&c.addr(follower), None, "once").await.unwrap();
     assert_eq!(e.map(|e| e.id), Some(index));
+}
+
+/// A follower keeps the connections it forwarded writes on. When the leader is killed, a write
+/// the follower forwards before it notices (its leader not yet silent, no other elected) must
+/// not go into a pooled connection the leader has closed: nothing reached the leader, so the
+/// answer is the redirect (the client tries the leader itself), never Indeterminate. Slow
+/// heartbeats (silence after 3 s) and elections (5-6 s) keep the follower's view of the leader
+/// in place while the write is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_does_not_forward_into_a_connection_its_killed_leader_closed() {
+    let _serial = SERIAL.lock().await;
+    let flags = ["--heartbeat-ms", "1000", "--election-min-ms", "5000", "--election-max-ms", "6000"];
+    let mut c = Cluster::start(&flags);
+    let (leader, _) = c.leader(&[1, 2, 3]).await;
+    let follower = (1..=3).find(|i| *i != leader).unwrap();
+    let client = c.client(&[follower]);
+    // Forwarded, so the follower now pools a connection to the leader.
+    let first = client.write_once(&c.addr(follower), &create("pooled"), client.next_request_id()).await;
+    assert!(matches!(first, Ok(WriteReply::Committed { .. })), "{first:?}");
+    c.kill9(leader);
+    let r = client.write_once(&c.addr(follower), &create("after"), client.next_request_id()).await;
+    match r {
+        Ok(WriteReply::Redirect { leader: l, .. }) => assert_eq!(l, leader),
+        // The follower had already found its leader silent: not forwarded at all.
+        Ok(WriteReply::Rejected { retry: true, .. }) => {}
+        other => panic!("nothing reached the killed leader: {other:?}\n{}", c.outputs(&[follower])),
+    }
+    c.stop_all();
 }

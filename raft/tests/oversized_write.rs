@@ -127,6 +127,7 @@ async fn a_write_larger_than_a_frame_is_rejected_at_once() {
 async fn a_write_forwarded_to_a_leader_with_a_smaller_limit_is_rejected() {
     let ports = support::free_ports(3);
     let mut c = Cluster {
+        bin: BIN.into(),
         dir: tempfile::tempdir().unwrap(),
         addrs: (1..=3u64).zip(ports).map(|(i, p)| (i, format!("127.0.0.1:{p}"))).collect(),
         children: Default::default(),

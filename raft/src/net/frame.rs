@@ -33,7 +33,14 @@
 //! can discard the reply before the peer reads it (the peer sees "connection reset", which a
 //! client must take for "maybe appended"); and a peer still writing a body larger than the
 //! socket buffers would never get to read the reply at all. Skipping costs the server reading
-//! the bytes it refused (as many as the length field says, at most 4 GiB; none kept). Readers of
+//! the bytes it refused (none kept), and is bounded: a body is skipped only up to
+//! [`MAX_FRAME_LEN`] or the reader's own limit, whichever is larger, since no conforming peer
+//! sends more (a client refuses before sending what its own limit, by default
+//! [`MAX_FRAME_LEN`], cannot carry, and a node splits what it sends to its limit). A length
+//! field past that (up to 4 GiB, from something that is not a node or client) is answered and
+//! the connection closed, its body unread: a node neither waits for gigabytes that may never
+//! come nor reads them at line speed. (Like every read on a node's port, a skip has no
+//! deadline: a peer that sends slowly holds its own connection's task, nothing more.) Readers of
 //! replies ([`read_frame_max`]) have nobody to answer: a reply over their limit is an error
 //! whose inner error is the typed [`TooLarge`].
 
@@ -183,8 +190,16 @@ pub async fn read_next<R: AsyncRead + Unpin, T: DeserializeOwned>(
 
 /// Reads and discards the body of a frame [`read_next`] found too large (`t.len` bytes), in
 /// small pieces: nothing in proportion to it is allocated, and the next frame starts where it
-/// ends. An error when the peer closes before the end.
+/// ends. An error when the peer closes before the end, and, without reading anything, when the
+/// body is longer than [`MAX_FRAME_LEN`] and the reader's own limit (`t.max`): no conforming
+/// peer sends that (see the module docs); the caller closes the connection.
 pub async fn skip_body<R: AsyncRead + Unpin>(r: &mut R, t: TooLarge) -> io::Result<()> {
+    let most = t.max.max(MAX_FRAME_LEN as u64);
+    if t.len > most {
+        return Err(invalid(format!(
+            "{t}, and past any frame a node or client sends ({most} bytes): not skipped"
+        )));
+    }
     let skipped = tokio::io::copy(&mut (&mut *r).take(t.len), &mut tokio::io::sink()).await?;
     if skipped < t.len {
         return Err(io::Error::new(
@@ -249,6 +264,12 @@ mod tests {
         let Next::TooLarge(t) = read_next::<_, String>(r, 64).await.unwrap() else { panic!("not refused") };
         let err = skip_body(r, t).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+        // A body past any frame a conforming peer sends is not skipped (nor read at all).
+        let r = &mut &[0xffu8, 0xff, 0xff, 0xff, 1, 2, 3][..];
+        let Next::TooLarge(t) = read_next::<_, String>(r, 64).await.unwrap() else { panic!("not refused") };
+        let err = skip_body(r, t).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        assert_eq!(r.len(), 3, "nothing of the body was read");
         // A writer refuses to send what is over its limit, with the same typed error.
         let err = write_frame_max(&mut Vec::new(), &"big", &[7u8; 100], 64).await.unwrap_err();
         assert_eq!(TooLarge::of(&err), Some(TooLarge { len: big as u64, max: 64 }));

@@ -4,6 +4,7 @@ pub mod append;
 pub mod chunks;
 pub mod failures;
 pub mod frame;
+pub mod idle;
 pub mod limit;
 pub mod transport;
 pub mod wire;

@@ -1,5 +1,6 @@
 //! openraft's network over TCP: one connection per (target, openraft client), request and
-//! reply in lockstep, reconnected on the next call after any failure.
+//! reply in lockstep, reconnected on the next call after any failure or when the peer closed it
+//! since the last call (`net/idle.rs`).
 //!
 //! openraft makes a separate network client for replication, heartbeats, votes and snapshots,
 //! so a slow append never delays a heartbeat on the same socket. Every failure (no connection,
@@ -16,6 +17,7 @@ use crate::net::append;
 use crate::net::chunks::{chunk_len, pieces};
 use crate::net::failures::FailureLog;
 use crate::net::frame::{read_frame_max, write_frame_max};
+use crate::net::idle;
 use crate::net::wire::{Msg, Reply};
 use crate::{SnapshotData, TypeConfig, Vote};
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -128,6 +130,11 @@ impl TcpNet {
     }
 
     async fn exchange(&mut self, msg: &Msg, tail: &[u8]) -> io::Result<Reply> {
+        // A connection the peer closed since the last call (it restarted): a new one, rather
+        // than a failed call and openraft's backoff.
+        if self.conn.as_ref().is_some_and(|s| !idle::reusable(s)) {
+            self.conn = None;
+        }
         if self.conn.is_none() {
             let s = TcpStream::connect(&self.addr).await?;
             s.set_nodelay(true)?;

@@ -2,7 +2,8 @@
 //!
 //! - A request frame longer than this node's limit is answered `Reply::TooLarge` (its length
 //!   and the limit), its body skipped, and the connection kept ([`next_request`]; why skip
-//!   and not close: `net/frame.rs`). This holds while the partition switch is on too: the
+//!   and not close: `net/frame.rs`); a length past any frame a conforming peer sends is
+//!   answered and the connection closed, its body unread. This holds while the partition switch is on too: the
 //!   frame was not read, so it may be a client's as well as a peer's, and the answer (nothing
 //!   was read, nothing done) is true of either.
 //! - Raft RPCs go straight to openraft. While the partition switch is on they are dropped:
@@ -21,7 +22,8 @@
 //!   forwarded so it is never forwarded again) and answers with the leader's reply (a leader with
 //!   a smaller frame limit, a misconfiguration, answers `TooLarge`: the follower answers
 //!   `Rejected`, since the leader read nothing): the client needs no second round trip. When the
-//!   leader cannot be reached (nothing was sent), or the write was itself forwarded, the answer
+//!   leader cannot be reached (nothing was sent; a pooled connection the leader has closed
+//!   since is dropped unused, `net/idle.rs`), or the write was itself forwarded, the answer
 //!   is a `Redirect` to the leader, as before; when the connection fails after the write was
 //!   sent, or another node leads or the leader falls silent before it answered (it may be stopped
 //!   and never answer), `Indeterminate` (it may have been appended). A follower whose leader has
@@ -33,9 +35,9 @@
 
 use crate::net::chunks::{self, Chunk, Incoming};
 use crate::net::frame::{read_frame_max, read_next, skip_body, write_frame_max, Next};
-use crate::net::limit;
 use crate::net::transport::Partition;
 use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
+use crate::net::{idle, limit};
 use crate::node::{stall, RaftNode};
 use crate::{Request, StateMachineStore};
 use openraft::async_runtime::WatchReceiver;
@@ -203,8 +205,15 @@ async fn forward_to(
     if ctx.partition.is_on() {
         return Err((false, "partitioned (test fault switch)".into()));
     }
-    let idle = ctx.forward_pool.lock().await.get_mut(addr).and_then(Vec::pop);
-    let mut s = match idle {
+    // A pooled connection the leader closed since (it stopped or restarted) is dropped
+    // unused: a write sent into it would be answered Indeterminate though nothing read it.
+    let kept = ctx
+        .forward_pool
+        .lock()
+        .await
+        .get_mut(addr)
+        .and_then(|conns| std::iter::from_fn(|| conns.pop()).find(idle::reusable));
+    let mut s = match kept {
         Some(s) => s,
         None => {
             let connect = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await;
@@ -424,5 +433,24 @@ mod tests {
         // The peer closes: the end, not an error.
         drop(from_node);
         assert!(next_request(&mut node, max).await.unwrap().is_none());
+    }
+
+    /// A length field past the protocol maximum (4 GiB, from a peer that is not a conforming
+    /// node or client) is answered, and the connection closed rather than its body read: the
+    /// peer holds the connection open and sends nothing more, and the node does not wait for
+    /// 4 GiB that will never come (nor read them at line speed if they did).
+    #[tokio::test]
+    async fn a_length_past_the_protocol_maximum_is_answered_and_the_connection_closed() {
+        let (mut node, peer) = tokio::io::duplex(4096);
+        let (mut from_node, mut to_node) = tokio::io::split(peer);
+        tokio::io::AsyncWriteExt::write_all(&mut to_node, &[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(10), next_request(&mut node, 16 << 10))
+            .await
+            .expect("the node waited for the body of a 4 GiB frame");
+        let err = r.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        let (reply, _) = read_frame::<_, Reply>(&mut from_node).await.unwrap().unwrap();
+        assert!(matches!(reply, Reply::TooLarge(TooLarge { len: 0xffff_ffff, .. })), "{reply:?}");
+        drop(to_node);
     }
 }

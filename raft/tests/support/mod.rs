@@ -1,6 +1,9 @@
-//! Three real `walraft-node` processes on loopback (the binary cargo built), shared by the
-//! process tests (`processes.rs`, `double_kill.rs`, `campaign.rs`). Every wait is bounded; every
-//! child is killed when its cluster is dropped (also when an assertion fails).
+//! Three real `walraft-node` processes on loopback, shared by the process tests
+//! (`processes.rs`, `double_kill.rs`, `campaign.rs`, ...), which run the binary cargo built
+//! ([`BIN`], [`Cluster::start`]), and by `examples/failover.rs`, which names its binary
+//! ([`Cluster::start_with`]; cargo tells only tests and benches where the binary is, so [`BIN`]
+//! exists only under `cfg(test)`). Every wait is bounded; every child is killed when its cluster
+//! is dropped (also when an assertion fails).
 
 // Each test binary that includes this module uses a different part of it.
 #![allow(dead_code)]
@@ -14,11 +17,14 @@ use wal_raft::client::Client;
 use wal_raft::net::wire::{NodeMetrics, WriteReply};
 use wal_raft::Response;
 
+#[cfg(test)]
 pub const BIN: &str = env!("CARGO_BIN_EXE_walraft-node");
 pub const WAIT: Duration = Duration::from_secs(20);
 
 #[derive(Debug)]
 pub struct Cluster {
+    /// The `walraft-node` binary the nodes run.
+    pub bin: PathBuf,
     pub dir: tempfile::TempDir,
     pub addrs: BTreeMap<u64, String>,
     pub children: BTreeMap<u64, Child>,
@@ -40,16 +46,18 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 }
 
 impl Cluster {
-    /// Three nodes, node 1 initializing; `extra` flags for every node.
+    /// Three nodes of the binary cargo built, node 1 initializing; `extra` flags for every node.
+    #[cfg(test)]
     pub fn start(extra: &[&str]) -> Cluster {
+        Cluster::start_with(BIN.into(), extra.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// [`Cluster::start`] with the binary `bin`.
+    pub fn start_with(bin: PathBuf, extra: Vec<String>) -> Cluster {
         let ports = free_ports(3);
         let addrs = (1..=3u64).zip(ports).map(|(i, p)| (i, format!("127.0.0.1:{p}"))).collect();
-        let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
-            addrs,
-            children: BTreeMap::new(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
+        let mut c =
+            Cluster { bin, dir: tempfile::tempdir().unwrap(), addrs, children: BTreeMap::new(), extra };
         for id in 1..=3 {
             c.spawn(id);
         }
@@ -87,7 +95,7 @@ impl Cluster {
             .append(true)
             .open(self.dir.path().join(format!("n{id}.out")))
             .unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(&self.bin);
         cmd.args(["run", "--id", &id.to_string(), "--listen", &self.addr(id), "--data"])
             .arg(self.data(id))
             .arg("--allow-faults")
