@@ -20,18 +20,16 @@
 //!   loop `walcheck compare` uses): the same entry bytes (log id, payload) at every index all of
 //!   them hold, and the same state digest at the highest common index.
 
-use crate::claims::{Mismatch, Replayed};
+use crate::claims::Replayed;
 use crate::codec::decode_entry;
 use crate::state_machine::read_snapshot_file;
-use crate::Request;
 use catalog::Catalog;
-use openraft::EntryPayload;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wal::replay::{ItemKind, Replay};
-use wal::state::{Applier, Replayer, CHECKPOINT_MAX_LAG};
-use wal::{Bound, Epoch, Lsn, Options, RecoveryMode, Wal};
+use wal::state::Applier;
+use wal::{Bound, Options, RecoveryMode, Wal};
 
 /// walcheck's exit code for DIVERGENT.
 pub const EXIT_DIVERGENT: i32 = 4;
@@ -170,30 +168,23 @@ fn open(dir: &Path) -> Result<Opened, String> {
     Ok(Opened { wal, base, membership, applier: Some(applier) })
 }
 
-/// Walks one node's log: every live entry, the commands after the base fed to the replayer,
-/// the claims to the comparison with the replayed states.
+/// Walks one node's log: every live entry, each fed to the one replay of a Raft log
+/// (`claims::Replayed`: the commands after the base applied, the checkpoints and the claims
+/// compared with the replayed states).
 struct Walk {
     replay: Replay,
-    rp: Replayer<Catalog>,
+    replayed: Replayed,
     prev: Option<u64>,
     /// The snapshot's last index: the first entry must come at or before the one after it.
     base: Option<u64>,
-    claims: Replayed,
-    /// The first majority-agreed claim the replay did not reproduce.
-    mismatch: Option<Box<Mismatch>>,
 }
 
 impl Walk {
     fn new(o: &mut Opened) -> Result<Walk, String> {
         let replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
         let applier = o.applier.take().ok_or("internal: a log walked twice")?;
-        let claims = Replayed::new(o.base, applier.checkpoint(), &o.membership, CHECKPOINT_MAX_LAG as usize);
-        Ok(Walk { replay, rp: Replayer::new(applier), prev: None, base: o.base, claims, mismatch: None })
-    }
-
-    /// Replay stopped: a checkpoint or a claim it does not reproduce, or an unknown version.
-    fn stopped(&self) -> bool {
-        self.rp.report().stopped() || self.mismatch.is_some()
+        let replayed = Replayed::new(applier, o.base, &o.membership);
+        Ok(Walk { replay, replayed, prev: None, base: o.base })
     }
 
     /// The next entry at or below `end` (index, raw payload); `None` past it or at the end.
@@ -202,7 +193,7 @@ impl Walk {
             let item = item.map_err(|e| format!("replay: {e}"))?;
             let lsn = item.lsn.0;
             match item.kind {
-                ItemKind::Checkpoint(cp) => self.rp.checkpoint(item.lsn, &cp),
+                ItemKind::Checkpoint(cp) => self.replayed.checkpoint(lsn, &cp),
                 ItemKind::Entry if end.is_some_and(|e| lsn > e) => return Ok(None),
                 ItemKind::Entry => {
                     if self.prev.is_some_and(|p| lsn != p + 1) {
@@ -221,20 +212,7 @@ impl Walk {
                     }
                     self.prev = Some(lsn);
                     let e = decode_entry(lsn, item.payload).map_err(|e| e.to_string())?;
-                    let stopped = self.rp.report().stopped() || self.mismatch.is_some();
-                    match &e.payload {
-                        EntryPayload::Normal(Request::Command(bytes)) => {
-                            self.rp.entry(Lsn(lsn), Epoch(0), bytes);
-                            if self.base.is_none_or(|b| lsn > b) && !self.rp.report().stopped() {
-                                self.claims.history.push(lsn, self.rp.applier().checkpoint());
-                            }
-                        }
-                        EntryPayload::Normal(Request::Claim(c)) if !stopped => {
-                            self.mismatch = self.claims.claim(c, lsn).err();
-                        }
-                        EntryPayload::Membership(m) => self.claims.membership(m),
-                        _ => {}
-                    }
+                    self.replayed.entry(&e);
                     return Ok(Some((lsn, item.payload.to_vec())));
                 }
             }
@@ -283,7 +261,7 @@ pub fn check(dir: &Path) -> NodeCheck {
     };
     for _ in 0..u64::MAX {
         match walk.next(None) {
-            Ok(Some(_)) if walk.stopped() => break,
+            Ok(Some(_)) if walk.replayed.stopped() => break,
             Ok(Some(_)) => {}
             Ok(None) => break,
             Err(e) => {
@@ -292,9 +270,8 @@ pub fn check(dir: &Path) -> NodeCheck {
             }
         }
     }
-    let mismatch = walk.mismatch.take();
-    let (verified, claims_through) = (walk.claims.verified, walk.claims.through);
-    let (applier, report) = walk.rp.finish();
+    let (verified, claims_through) = (walk.replayed.verified, walk.replayed.through);
+    let (applier, report, mismatch) = walk.replayed.finish();
     out.state = if let Some(m) = mismatch {
         State::Divergent(format!(
             "at index {}: the replayed digest is {}, the majority's {}: {}",
@@ -471,7 +448,7 @@ pub fn compare(dirs: &[PathBuf]) -> Comparison {
     }
     let mut digests = Vec::new();
     for (i, w) in walks.into_iter().enumerate() {
-        let (a, r) = w.rp.finish();
+        let (a, r, _) = w.replayed.finish();
         if let Some(d) = r.divergence {
             return Comparison {
                 verdict: "DIVERGENT",

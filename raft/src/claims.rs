@@ -31,11 +31,16 @@
 //!   indexes within twice that of the newest ([`Comparer`]). Claims are best effort: a lost
 //!   claim only delays detection to the next claim index.
 
+use crate::writer::EPOCH;
+use crate::Request;
+use catalog::Catalog;
+use openraft::EntryPayload;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use wal::Checkpoint;
+use wal::state::{Applier, CompareReport, Replayer};
+use wal::{Checkpoint, Lsn};
 
 /// A claim for an index further than this behind the log's end is dropped rather than
 /// proposed; own digests and counted claims are kept for twice this distance.
@@ -424,48 +429,15 @@ impl Comparer {
     }
 }
 
-/// The replayed state after each of the most recent commands, for an offline comparison
-/// (`verify.rs` at start, `check.rs`): the state at an index is the one after the last command
-/// at or below it.
-#[derive(Debug)]
-pub(crate) struct History {
-    /// (command index, state after it), oldest first; the first may be the replay's base
-    /// (`None`: the empty state before index 0).
-    states: VecDeque<(Option<u64>, Checkpoint)>,
-    trimmed: bool,
-    cap: usize,
-}
-
-impl History {
-    /// Starting from the state `base` reached after index `at`, keeping `cap` states.
-    pub(crate) fn new(at: Option<u64>, base: Checkpoint, cap: usize) -> History {
-        History { states: VecDeque::from([(at, base)]), trimmed: false, cap: cap.max(1) }
-    }
-
-    pub(crate) fn push(&mut self, index: u64, cp: Checkpoint) {
-        self.states.push_back((Some(index), cp));
-        if self.states.len() > self.cap {
-            self.states.pop_front();
-            self.trimmed = true;
-        }
-    }
-
-    /// The state after index `i`; `None` when `i` is older than what is kept.
-    pub(crate) fn at(&self, i: u64) -> Option<Checkpoint> {
-        let idx = self.states.partition_point(|s| s.0 <= Some(i));
-        match idx {
-            0 if self.trimmed => None,
-            // Before the base: only the empty start, which is the base itself then.
-            0 => self.states.front().filter(|s| s.0.is_none()).map(|s| s.1),
-            n => Some(self.states[n - 1].1),
-        }
-    }
-}
-
-/// An offline comparison of a replayed log with the majority-agreed claims it holds.
+/// A Raft log replayed at start (`verify.rs`) or offline (`check.rs`): the one loop both use.
+/// Commands go through `wal::state::Replayer` (the replay-and-compare core the pipeline and
+/// walcheck use), which compares the node's own checkpoints and keeps the states after the
+/// recent commands; each claim entry is counted, and a digest a majority of the voters agreed
+/// on is compared with the replayer's state at the claimed index (the state after the last
+/// command at or below it).
 #[derive(Debug)]
 pub(crate) struct Replayed {
-    pub(crate) history: History,
+    rp: Replayer<Catalog>,
     tally: Tally,
     configs: Vec<BTreeSet<u64>>,
     /// The replay's base (a snapshot's last index): claims at or below it are not compared.
@@ -473,6 +445,8 @@ pub(crate) struct Replayed {
     /// Majority-agreed claims the replay matched, and the highest of their indexes.
     pub(crate) verified: u64,
     pub(crate) through: Option<u64>,
+    /// The first majority-agreed claim the replay did not reproduce.
+    mismatch: Option<Box<Mismatch>>,
 }
 
 /// A majority-agreed claim the replay does not reproduce.
@@ -485,35 +459,58 @@ pub(crate) struct Mismatch {
 }
 
 impl Replayed {
+    /// Starting from `applier`, the state after the snapshot's last index `base` (`None`: the
+    /// empty state), whose voters are `membership`'s.
     pub(crate) fn new(
+        applier: Applier<Catalog>,
         base: Option<u64>,
-        base_state: Checkpoint,
         membership: &crate::Membership,
-        cap: usize,
     ) -> Replayed {
         Replayed {
-            history: History::new(base, base_state, cap),
+            rp: Replayer::new(applier),
             tally: Tally::default(),
             configs: membership.get_joint_config().clone(),
             base,
             verified: 0,
             through: None,
+            mismatch: None,
         }
     }
 
-    /// A membership entry: later claims are counted against its voters.
-    pub(crate) fn membership(&mut self, m: &crate::Membership) {
-        self.configs = m.get_joint_config().clone();
+    /// Replay stopped: at a checkpoint or a claim it does not reproduce, an entry it could not
+    /// apply, or a checkpoint of an unknown version. What follows is not replayed.
+    pub(crate) fn stopped(&self) -> bool {
+        self.rp.report().stopped() || self.mismatch.is_some()
+    }
+
+    /// The next entry: a command is applied (the base already holds those at or below its
+    /// index), a claim counted and compared, a membership's voters count the claims after it.
+    pub(crate) fn entry(&mut self, e: &crate::Entry) {
+        if self.stopped() {
+            return;
+        }
+        let at = e.log_id.index;
+        match &e.payload {
+            EntryPayload::Normal(Request::Command(bytes)) => self.rp.entry(Lsn(at), EPOCH, bytes),
+            EntryPayload::Normal(Request::Claim(c)) => self.mismatch = self.claim(c, at).err(),
+            EntryPayload::Membership(m) => self.configs = m.get_joint_config().clone(),
+            EntryPayload::Blank => {}
+        }
+    }
+
+    /// A checkpoint record for index `at` (the node's own digest there), for the replayer.
+    pub(crate) fn checkpoint(&mut self, at: u64, cp: &Checkpoint) {
+        self.rp.checkpoint(Lsn(at), cp);
     }
 
     /// A claim entry at index `at`: a mismatch when it completes a majority for a digest the
     /// replay does not reach at the claimed index.
-    pub(crate) fn claim(&mut self, c: &Claim, at: u64) -> Result<(), Box<Mismatch>> {
+    fn claim(&mut self, c: &Claim, at: u64) -> Result<(), Box<Mismatch>> {
         let Verdict::Agreed { digest, by } = self.tally.add(c, at, &self.configs) else { return Ok(()) };
         if self.base.is_some_and(|b| c.index <= b) {
             return Ok(());
         }
-        let Some(replayed) = self.history.at(c.index) else { return Ok(()) };
+        let Some(replayed) = self.rp.state_at(Lsn(c.index)) else { return Ok(()) };
         if replayed != digest {
             return Err(Box::new(Mismatch {
                 index: c.index,
@@ -532,6 +529,13 @@ impl Replayed {
         self.verified += 1;
         self.through = self.through.max(Some(c.index));
         Ok(())
+    }
+
+    /// The replayed state (to go on from, or to show) and what the replay found: the
+    /// replayer's report, and the first claim it did not reproduce.
+    pub(crate) fn finish(self) -> (Applier<Catalog>, CompareReport, Option<Box<Mismatch>>) {
+        let (applier, report) = self.rp.finish();
+        (applier, report, self.mismatch)
     }
 }
 
@@ -711,21 +715,5 @@ mod tests {
         let c = claim(3, 1 << 40, 0xab);
         assert_eq!(Claim::decode(&c.encode()), Ok(c));
         assert!(Claim::decode(&c.encode()[..63]).is_err());
-    }
-
-    #[test]
-    fn history_gives_the_state_after_the_last_command_at_or_below() {
-        let mut h = History::new(Some(10), cp(1), 3);
-        assert_eq!(h.at(10), Some(cp(1)));
-        assert_eq!(h.at(9), None, "before the base");
-        h.push(12, cp(2));
-        h.push(15, cp(3));
-        assert_eq!(h.at(11), Some(cp(1)));
-        assert_eq!(h.at(14), Some(cp(2)));
-        assert_eq!(h.at(99), Some(cp(3)));
-        h.push(16, cp(4));
-        assert_eq!(h.at(11), None, "trimmed");
-        let h = History::new(None, cp(0), 3);
-        assert_eq!(h.at(5), Some(cp(0)), "the empty start");
     }
 }

@@ -3,12 +3,12 @@
 //! data directory so that it does not start again until an operator has looked
 //! (docs/replication-safety.md, "Replicas compare digests").
 //!
-//! The file is written durably (a temporary name, fsync, rename, directory fsync), so a crash
-//! right after the fence cannot bring the node back unfenced. Its first line is the reason;
+//! The file is written durably (`crate::durable::replace`: a temporary name, fdatasync,
+//! rename, directory fsync), so a crash right after the fence cannot bring the node back
+//! unfenced. Its first line is the reason;
 //! the rest says what to do. [`read`] is what `node::start` checks first.
 
-use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -66,31 +66,26 @@ impl Fence {
 }
 
 fn persist(dir: &Path, why: &str) -> io::Result<PathBuf> {
-    let path = dir.join(FENCE_FILE);
-    let tmp = dir.join(format!("{FENCE_FILE}.tmp"));
-    let text = format!("{why}\n\nWhat to do: {RECOVERY}.\n");
-    {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, &path)?;
-    fs::File::open(dir)?.sync_all()?;
-    Ok(path)
+    crate::durable::replace(dir, FENCE_FILE, format!("{why}\n\nWhat to do: {RECOVERY}.\n").as_bytes())
 }
 
-/// The reason in `dir`'s fence file (its first line), if the file exists.
+/// The reason in `dir`'s fence file (its first line), if the file exists. A `FENCED` that is
+/// not a regular file (a directory, a FIFO, a link) is not read, yet it fences all the same:
+/// the reason then says what it is (what an operator removes once the replica is known good).
 pub fn read(dir: &Path) -> io::Result<Option<String>> {
-    match fs::read_to_string(dir.join(FENCE_FILE)) {
-        Ok(text) => Ok(Some(text.lines().next().unwrap_or("").to_string())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    match crate::durable::read(dir, FENCE_FILE) {
+        Ok(text) => Ok(text.map(|t| String::from_utf8_lossy(&t).lines().next().unwrap_or("").to_string())),
+        Err(e) => match wal::storage::NotRegularFile::of(&e) {
+            Some(n) => Ok(Some(format!("{}/{n}", dir.display()))),
+            None => Err(e),
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn a_fence_is_persisted_once_with_its_first_reason() {
@@ -104,6 +99,20 @@ mod tests {
         assert_eq!(read(d.path()).unwrap().as_deref(), Some("node 2 diverged at index 64"));
         let text = fs::read_to_string(d.path().join(FENCE_FILE)).unwrap();
         assert!(text.contains("delete DIR/FENCED"), "{text}");
+        assert!(!d.path().join(format!("{FENCE_FILE}.tmp")).exists());
+    }
+
+    /// A second divergence after the first fence was cleared and the node restarted (a new
+    /// `Fence`): the file holds the new reason whole, and a temporary a crash left is gone.
+    #[test]
+    fn a_later_fence_replaces_the_file_whole() {
+        let d = tempfile::tempdir().unwrap();
+        Fence::new(d.path()).set(2, "node 2 diverged at index 64".into());
+        fs::write(d.path().join(format!("{FENCE_FILE}.tmp")), "a crash's leftover").unwrap();
+        Fence::new(d.path()).set(2, "node 2 diverged at index 128".into());
+        assert_eq!(read(d.path()).unwrap().as_deref(), Some("node 2 diverged at index 128"));
+        let text = fs::read_to_string(d.path().join(FENCE_FILE)).unwrap();
+        assert_eq!(text.matches("What to do").count(), 1, "{text}");
         assert!(!d.path().join(format!("{FENCE_FILE}.tmp")).exists());
     }
 }

@@ -46,6 +46,7 @@ pub mod check;
 pub mod claims;
 pub mod client;
 mod codec;
+mod durable;
 pub mod fence;
 mod log_store;
 pub mod net;

@@ -17,7 +17,8 @@
 //!   `decode`, i.e. the catalog's import, which refuses bytes that do not rebuild the recorded
 //!   digest. The current snapshot and its Raft metadata (last log id, last membership) are kept
 //!   in one file, `raft-snapshot`, written to a temporary name, synced, renamed, the directory
-//!   synced; so `applied_state` after a restart is the snapshot's, membership included.
+//!   synced (`crate::durable`); so `applied_state` after a restart is the snapshot's, membership
+//!   included.
 
 use crate::claims::{is_claim_index, ClaimStats, Comparer, Outcome as ClaimOutcome};
 use crate::{LogId, Request, Response, SnapshotMeta, StoredMembership, TypeConfig};
@@ -27,7 +28,7 @@ use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::type_config::alias::SnapshotOf;
 use openraft::{EntryPayload, OptionalSend};
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use wal::state::{snapshot, Applied, Applier, Outcome};
@@ -141,14 +142,7 @@ fn decode_file(bytes_untrusted: &[u8]) -> io::Result<Current> {
 
 /// Writes the snapshot file durably: temporary name, fdatasync, rename, directory fsync.
 fn persist(dir: &Path, c: &Current) -> io::Result<()> {
-    let bytes = encode_file(c)?;
-    let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(&bytes)?;
-    f.sync_data()?;
-    drop(f);
-    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
-    fs::File::open(dir)?.sync_all()
+    crate::durable::replace(dir, SNAPSHOT_FILE, &encode_file(c)?).map(|_| ())
 }
 
 /// The applier a snapshot's data rebuilds (checksums, versions and digest checked).
@@ -166,13 +160,12 @@ fn import(data: &[u8]) -> io::Result<Applier<Catalog>> {
 /// The snapshot file in `dir` (a node's `sm/`), if there is one: its Raft metadata and the
 /// applier its data rebuilds (checked). For offline checks; reads only.
 pub fn read_snapshot_file(dir: &Path) -> io::Result<Option<(SnapshotMeta, Applier<Catalog>)>> {
-    match fs::read(dir.join(SNAPSHOT_FILE)) {
-        Ok(bytes) => {
+    match crate::durable::read(dir, SNAPSHOT_FILE)? {
+        Some(bytes) => {
             let c = decode_file(&bytes)?;
             Ok(Some((c.meta, import(&c.data)?)))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+        None => Ok(None),
     }
 }
 
@@ -193,14 +186,10 @@ impl StateMachineStore {
         if let Some(d) = dir {
             fs::create_dir_all(d)?;
             let _ = fs::remove_file(d.join(format!("{SNAPSHOT_FILE}.tmp")));
-            match fs::read(d.join(SNAPSHOT_FILE)) {
-                Ok(bytes) => {
-                    let c = decode_file(&bytes)?;
-                    sm.restore(&c)?;
-                    *sm.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+            if let Some(bytes) = crate::durable::read(d, SNAPSHOT_FILE)? {
+                let c = decode_file(&bytes)?;
+                sm.restore(&c)?;
+                *sm.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
             }
         }
         Ok(sm)

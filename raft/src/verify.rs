@@ -5,8 +5,11 @@
 //! 10.3) into the log through a [`Checkpointer`]. At open, [`LogStore::open_verified`]
 //! replays the log after the state machine's snapshot through the same apply function and
 //! compares every checkpoint with the state at its own index: **CLEAN** when all agree,
-//! **DIVERGENT** (with the index and both digests) at the first that does not. [`start_role`]
-//! turns the verdict into the role the node may start in: a voter, or refused.
+//! **DIVERGENT** (with the index and both digests) at the first that does not, at an entry the
+//! seam cannot apply, or at a checkpoint of versions this build does not know (it cannot say
+//! the state agrees). [`start_role`] turns the verdict into the role the node may start in: a
+//! voter, or refused. The replay is `claims::Replayed`, the one `walraft-node check` runs
+//! (`check.rs`), over `wal::state::Replayer`, the core the pipeline and walcheck use.
 //!
 //! The same replay compares the digest claims the log holds (issue 21, `claims.rs`): at every
 //! claim index past the snapshot where claims from a majority of the voters agree on a digest,
@@ -21,13 +24,11 @@ use crate::claims::Replayed;
 use crate::codec;
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
-use crate::writer::{Req, EPOCH};
-use crate::Request;
+use crate::writer::Req;
 use catalog::Catalog;
-use openraft::EntryPayload;
 use std::io;
 use std::sync::mpsc::Sender;
-use wal::state::{Applier, CHECKPOINT_MAX_LAG};
+use wal::state::Applier;
 use wal::{Bound, Checkpoint, ItemKind, Lsn, Wal};
 
 /// Records checkpoints into the Raft log (with the next batch; durable with its sync).
@@ -85,15 +86,13 @@ fn hex(d: &[u8; 32]) -> String {
 /// majority of the voters claimed after an index past the snapshot (`claims.rs`).
 pub(crate) fn check(
     wal: &Wal,
-    mut base: Applier<Catalog>,
+    base: Applier<Catalog>,
     from: u64,
     membership: &crate::Membership,
 ) -> io::Result<StateVerdict> {
-    let base_at = from.checked_sub(1);
-    let mut states = Replayed::new(base_at, base.checkpoint(), membership, CHECKPOINT_MAX_LAG as usize);
-    let (mut compared, mut through) = (0u64, None);
+    let mut replayed = Replayed::new(base, from.checked_sub(1), membership);
     let mut replay = wal.replay_from(Some(Lsn(from)), Bound::Written).map_err(io::Error::other)?;
-    let mut n = 0u64;
+    let (mut n, mut stopped_at) = (0u64, from);
     while let Some(item) = replay.next() {
         let item = item.map_err(io::Error::other)?;
         n += 1;
@@ -105,57 +104,51 @@ pub(crate) fn check(
             continue;
         }
         match item.kind {
-            ItemKind::Entry => match codec::decode_entry(l, item.payload)?.payload {
-                EntryPayload::Normal(Request::Command(bytes)) => {
-                    // The one apply function; a refused envelope is a no-op on every path.
-                    let _ = base.apply(Lsn(l), EPOCH, &bytes);
-                    if let Some(f) = base.fenced() {
-                        return Ok(StateVerdict::Divergent {
-                            index: l,
-                            recorded: [0; 32],
-                            replayed: [0; 32],
-                            why: format!("apply fenced on replay: {f}"),
-                        });
-                    }
-                    states.history.push(l, base.checkpoint());
-                }
-                EntryPayload::Normal(Request::Claim(c)) => {
-                    if let Err(m) = states.claim(&c, l) {
-                        return Ok(StateVerdict::Divergent {
-                            index: m.index,
-                            recorded: m.majority.digest,
-                            replayed: m.replayed.digest,
-                            why: m.why,
-                        });
-                    }
-                }
-                EntryPayload::Membership(m) => states.membership(&m),
-                EntryPayload::Blank => {}
-            },
-            ItemKind::Checkpoint(cp) => {
-                // The state at `l`: after the last command at or below it (none kept: written
-                // further behind than a writer ever records one; not compared).
-                let Some(replayed) = states.history.at(l) else { continue };
-                if replayed != cp {
-                    return Ok(StateVerdict::Divergent {
-                        index: l,
-                        recorded: cp.digest,
-                        replayed: replayed.digest,
-                        why: format!(
-                            "the checkpoint recorded digest {}.. over {} entities, replay gives {}.. over {}",
-                            hex(&cp.digest),
-                            cp.entity_count,
-                            hex(&replayed.digest),
-                            replayed.entity_count
-                        ),
-                    });
-                }
-                compared += 1;
-                through = through.max(Some(l));
-            }
+            ItemKind::Entry => replayed.entry(&codec::decode_entry(l, item.payload)?),
+            ItemKind::Checkpoint(cp) => replayed.checkpoint(l, &cp),
+        }
+        if replayed.stopped() {
+            stopped_at = l;
+            break;
         }
     }
-    Ok(StateVerdict::Clean { checkpoints: compared, through, claims: states.verified })
+    let claims = replayed.verified;
+    let (_, report, mismatch) = replayed.finish();
+    Ok(if let Some(m) = mismatch {
+        StateVerdict::Divergent {
+            index: m.index,
+            recorded: m.majority.digest,
+            replayed: m.replayed.digest,
+            why: m.why,
+        }
+    } else if let Some(d) = report.divergence {
+        let why = match (d.recorded, d.replayed) {
+            (Some(r), Some(p)) => format!(
+                "the checkpoint recorded digest {}.. over {} entities, replay gives {}.. over {}",
+                hex(&r.digest),
+                r.entity_count,
+                hex(&p.digest),
+                p.entity_count
+            ),
+            _ => d.reason,
+        };
+        let digest = |c: Option<Checkpoint>| c.map_or([0; 32], |c| c.digest);
+        StateVerdict::Divergent {
+            index: d.lsn.0,
+            recorded: digest(d.recorded),
+            replayed: digest(d.replayed),
+            why,
+        }
+    } else if let Some(u) = report.unsupported {
+        // A checkpoint this build cannot compare: not known to agree, so not a voter.
+        StateVerdict::Divergent { index: stopped_at, recorded: [0; 32], replayed: [0; 32], why: u }
+    } else {
+        StateVerdict::Clean {
+            checkpoints: report.checkpoints_checked,
+            through: report.verified_through.map(|l| l.0).filter(|_| report.checkpoints_checked > 0),
+            claims,
+        }
+    })
 }
 
 impl LogStore {

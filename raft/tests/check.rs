@@ -357,3 +357,53 @@ async fn a_replica_whose_log_differs_is_divergent_at_the_first_majority_claim_af
     let ck = check(&h);
     assert!(matches!(ck.state, State::Clean { claims_through: Some(t), .. } if t > next), "{}", ck.summary());
 }
+
+/// Claims no replica would write, in a log read offline and at restart: a "majority" of nodes
+/// that are not voters, claims for an index at or after their own entry, a claim of another
+/// state-machine version. All claim a digest the replay does not reach, and none is counted:
+/// the log is CLEAN with no claims verified, not DIVERGENT. Then the real voters' claims, which
+/// are.
+#[tokio::test]
+async fn forged_claims_are_not_counted_offline_or_at_restart() {
+    const EVERY: u64 = 8;
+    let d = tempfile::tempdir().unwrap();
+    let cmds: Vec<String> = (0..12).map(|i| format!("lake{i}")).collect();
+    let (mut es, _) = claimed_log(&cmds, &cmds, EVERY, false);
+    let mut wrong =
+        wal::Checkpoint { digest: [9; 32], entity_count: 99, digest_version: 1, state_machine_version: 1 };
+    // Entries are at indexes 1..: the next one's is the log's length plus one.
+    let push = |es: &mut Vec<Entry>, c: wal_raft::Claim| {
+        es.push(Entry::new_normal(lid(1, es.len() as u64 + 1), Request::Claim(c)));
+    };
+    // Nodes 4, 5 and 6 agree on a wrong digest at 8: not voters (the membership is 1, 2, 3).
+    for n in [4, 5, 6] {
+        push(&mut es, wal_raft::Claim::new(n, 8, &wrong));
+    }
+    // Voters, but for an index at or past their own entry's: no replica claims ahead of itself.
+    let own = es.len() as u64 + 1;
+    push(&mut es, wal_raft::Claim::new(1, own, &wrong));
+    push(&mut es, wal_raft::Claim::new(2, own, &wrong));
+    // Voters claiming a wrong digest of another state-machine version: not comparable.
+    wrong.state_machine_version += 1;
+    push(&mut es, wal_raft::Claim::new(1, 16, &wrong));
+    push(&mut es, wal_raft::Claim::new(2, 16, &wrong));
+    let x = write_node(&d.path().join("x"), &es, EVERY, None).await;
+    let ck = check(&x);
+    assert!(matches!(ck.state, State::Clean { claims: 0, .. }), "{}", ck.summary());
+    let sm = StateMachineStore::open(Some(&x.join("sm"))).unwrap();
+    let (log, v) = LogStore::open_verified(x.join("log"), log_options(64 << 10), &sm).unwrap();
+    log.close().unwrap();
+    assert!(matches!(v, wal_raft::StateVerdict::Clean { claims: 0, .. }), "{v:?}");
+
+    // The same forged claims then the voters' own, wrong, for index 8: DIVERGENT there.
+    wrong.state_machine_version -= 1;
+    push(&mut es, wal_raft::Claim::new(1, 8, &wrong));
+    push(&mut es, wal_raft::Claim::new(3, 8, &wrong));
+    let y = write_node(&d.path().join("y"), &es, EVERY, None).await;
+    let ck = check(&y);
+    assert!(
+        matches!(&ck.state, State::Divergent(w) if w.starts_with("at index 8:") && w.contains("(nodes 1, 3)")),
+        "{}",
+        ck.summary()
+    );
+}

@@ -193,3 +193,51 @@ async fn altering_needs_allow_faults_and_a_too_short_claim_interval_is_refused()
     assert!(r.unwrap_err().contains("--allow-faults"));
     node.shutdown().await.unwrap();
 }
+
+/// A `FENCED` that is not a regular file (a FIFO, a directory) still refuses the start, at
+/// once and saying what it is: read as a file, a FIFO would block the start forever (and the
+/// offline check too), a directory would fail with an error naming neither the file nor the
+/// fence. `check` shows it as the fence's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_file_that_is_not_a_regular_file_refuses_the_start_without_hanging() {
+    use wal_raft::node::{start, NodeConfig, Started};
+    let dir = tempfile::tempdir().unwrap();
+    for (name, what) in [("fifo", "a FIFO"), ("dir", "a directory")] {
+        let data = dir.path().join(name);
+        std::fs::create_dir_all(&data).unwrap();
+        let fence = data.join(wal_raft::fence::FENCE_FILE);
+        if name == "fifo" {
+            assert!(std::process::Command::new("mkfifo").arg(&fence).status().unwrap().success());
+        } else {
+            std::fs::create_dir(&fence).unwrap();
+        }
+        let mut cfg = NodeConfig::new(1, "127.0.0.1:0".into(), Default::default(), data.clone());
+        cfg.initialize = true;
+        // Bounds a hang only: a reader blocked on the FIFO is released (a writer opens it and
+        // closes) so that the test fails instead of hanging.
+        let hung = |what: &str| -> ! {
+            if name == "fifo" {
+                let _ = std::fs::OpenOptions::new().write(true).open(&fence);
+            }
+            panic!("{what} hung on a fence file that is {name}")
+        };
+        let r = match tokio::time::timeout(WAIT * 4, tokio::spawn(start(cfg))).await {
+            Ok(r) => r.unwrap(),
+            Err(_) => hung("the start"),
+        };
+        let Ok(Started::Fenced { why }) = r else { panic!("{name}: not refused as fenced") };
+        assert!(why.contains(&format!("FENCED is {what}, not a regular file")), "{why}");
+        assert!(!data.join("log").exists(), "{name}: the start opened the log");
+        let d = data.clone();
+        let ck = match tokio::time::timeout(
+            WAIT * 4,
+            tokio::task::spawn_blocking(move || wal_raft::check::check(&d)),
+        )
+        .await
+        {
+            Ok(ck) => ck.unwrap(),
+            Err(_) => hung("check"),
+        };
+        assert!(ck.fenced.as_deref().is_some_and(|f| f.contains(what)), "{}", ck.summary());
+    }
+}

@@ -282,3 +282,35 @@ fn a_damaged_or_foreign_snapshot_is_refused_with_what_is_wrong() {
     let err = snapshot::decode::<Kv>("s", &forged).map(|_| ()).unwrap_err();
     assert!(err.to_string().contains("does not match the recorded digest"), "{err}");
 }
+
+/// `Replayer::state_at`, what a Raft node's replay compares digest claims with: the state
+/// after the last entry at or below an LSN, the base's before the first replayed entry,
+/// nothing before the base or older than the states kept.
+#[test]
+fn the_replayer_gives_the_state_after_the_last_entry_at_or_below_an_lsn() {
+    let empty = Replayer::new(Applier::new(Kv::default(), 0));
+    assert_eq!(empty.state_at(Lsn(5)), Some(Applier::new(Kv::default(), 0).checkpoint()), "the empty start");
+
+    let mut base = Applier::new(Kv::default(), 0);
+    base.apply(Lsn(10), Epoch(0), &cmd("put a 1")).unwrap();
+    let at_base = base.checkpoint();
+    let mut r = Replayer::new(base);
+    assert_eq!(r.state_at(Lsn(10)), Some(at_base));
+    assert_eq!(r.state_at(Lsn(9)), None, "before the base");
+    r.entry(Lsn(12), Epoch(0), &cmd("put b 2"));
+    let at_12 = r.applier().checkpoint();
+    r.entry(Lsn(15), Epoch(0), &cmd("put c 3"));
+    let at_15 = r.applier().checkpoint();
+    assert_eq!(r.state_at(Lsn(11)), Some(at_base));
+    assert_eq!(r.state_at(Lsn(14)), Some(at_12));
+    assert_eq!(r.state_at(Lsn(99)), Some(at_15));
+    assert!(at_base != at_12 && at_12 != at_15);
+
+    // Past CHECKPOINT_MAX_LAG more entries, the base's state is no longer kept.
+    for i in 0..wal::state::CHECKPOINT_MAX_LAG {
+        r.entry(Lsn(16 + i), Epoch(0), &cmd("put d 4"));
+    }
+    assert_eq!(r.state_at(Lsn(11)), None, "trimmed");
+    assert_eq!(r.state_at(Lsn(14)), None, "trimmed");
+    assert_eq!(r.state_at(Lsn(15)), Some(at_15), "the oldest kept");
+}

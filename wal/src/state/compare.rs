@@ -149,17 +149,14 @@ impl<S: StateMachine> Replayer<S> {
             self.diverge(lsn, recorded, replayed, "the checkpoint comes before the entries it covers");
             return;
         }
-        // The newest state at or below `lsn`.
-        let idx = self.history.partition_point(|h| h.0 <= Some(lsn));
-        if idx == 0 {
+        let Some((replayed, newer)) = self.at(lsn) else {
             debug_assert!(self.trimmed);
             self.report.checkpoints_too_old += 1;
             if self.report.too_old.len() < TOO_OLD_LISTED {
                 self.report.too_old.push(lsn);
             }
             return;
-        }
-        let replayed = self.value(self.history[idx - 1].1);
+        };
         if replayed != *recorded {
             self.diverge(lsn, recorded, replayed, "replay and the online digest disagree");
             return;
@@ -167,8 +164,23 @@ impl<S: StateMachine> Replayer<S> {
         self.report.checkpoints_checked += 1;
         if self.report.verified_through.is_none_or(|v| v < lsn) {
             self.report.verified_through = Some(lsn);
-            self.report.unchecked_entries = (self.history.len() - idx) as u64;
+            self.report.unchecked_entries = newer;
         }
+    }
+
+    /// The replayed state after the last entry at or below `lsn`, and how many kept states are
+    /// newer; `None` when that is older than the states kept (the last [`CHECKPOINT_MAX_LAG`]).
+    fn at(&self, lsn: Lsn) -> Option<(Checkpoint, u64)> {
+        let idx = self.history.partition_point(|h| h.0 <= Some(lsn));
+        let newer = (self.history.len() - idx) as u64;
+        idx.checked_sub(1).map(|i| (self.value(self.history[i].1), newer))
+    }
+
+    /// The replayed state after the last entry at or below `lsn` (the base's, before the first
+    /// replayed entry), as a checkpoint value: what another comparison (a Raft node's digest
+    /// claims) checks against. `None` when it is older than the states kept.
+    pub fn state_at(&self, lsn: Lsn) -> Option<Checkpoint> {
+        self.at(lsn).map(|(cp, _)| cp)
     }
 
     fn value(&self, d: SetDigest) -> Checkpoint {
