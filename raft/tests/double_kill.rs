@@ -148,29 +148,6 @@ async fn every_write_everywhere(c: &Cluster, acked: &[(String, u64)]) -> Result<
     Ok(())
 }
 
-/// Picks the moment of the kill: the leader is stopped (SIGSTOP) and its log as written so far
-/// is read; when the survivor already holds entries past it (shipped before they were written
-/// here, so a SIGKILL now loses them here), the leader is left stopped for the kill. Otherwise
-/// it continues and a few milliseconds later is tried again (bounded: then it is killed
-/// anyway). Says what the leader loses.
-async fn lost_tail(c: &Cluster, leader: u64, survivor: u64) -> String {
-    let mut seen = String::new();
-    for attempt in 0..HAZARD_TRIES {
-        c.signal(leader, "STOP");
-        let shipped = c.metrics(survivor).await.and_then(|m| m.last_log_index);
-        let written = wal_raft::check::log_ids(&c.data(leader)).map(|ids| ids.last().map(|l| l.index));
-        match (written, shipped) {
-            (Ok(w), Some(s)) if w.is_none_or(|w| w < s) => {
-                return format!("its log ends at {w:?}, the survivor's at {s}: entries it shipped are lost");
-            }
-            (w, s) => seen = format!("its log ends at {w:?}, the survivor's at {s:?}"),
-        }
-        c.signal(leader, "CONT");
-        tokio::time::sleep(Duration::from_millis(1 + attempt % 7)).await;
-    }
-    format!("{seen}: nothing shipped was lost after {HAZARD_TRIES} tries")
-}
-
 /// How a round failed.
 #[derive(Debug)]
 enum Failed {
@@ -201,7 +178,11 @@ async fn round(c: &mut Cluster, round: u32) -> Result<usize, Failed> {
     let others: Vec<u64> = (1..=3).filter(|i| *i != leader).collect();
     let follower = others[round as usize % 2];
     let survivor = others[1 - round as usize % 2];
-    let lost = lost_tail(c, leader, survivor).await;
+    // Aimed (`Cluster::stop_with_unwritten_tail`): killed anyway when no moment was found.
+    let lost = match c.stop_with_unwritten_tail(leader, &[survivor], HAZARD_TRIES).await {
+        Ok(seen) => format!("{seen}: lost on it"),
+        Err(seen) => seen,
+    };
     c.kill9_together(&[leader, follower]);
     c.spawn(leader);
     c.spawn(follower);

@@ -3,7 +3,8 @@
 //! burst of writes) at fixed offsets from that start. Every action is logged with its time.
 //!
 //! A kill of the leader is aimed: it lands, when it can, at a moment when the leader has
-//! shipped entries it has not yet written ([`Injector::aim`]).
+//! shipped entries it has not yet written (`Cluster::stop_with_unwritten_tail`, the aim of
+//! `double_kill.rs` too).
 //!
 //! The injector also plays the operator's supervisor: a node whose process ends on its own is
 //! a failure of the campaign, recorded with its exit status, and is restarted so the run goes
@@ -72,7 +73,7 @@ pub struct Injector {
     /// The leader when the current fault started.
     fault_leader: Option<u64>,
     /// Kills of the leader, and those that found it holding entries it had shipped but not
-    /// written ([`Injector::aim`]).
+    /// written (`Cluster::stop_with_unwritten_tail`).
     pub leader_kills: u64,
     pub unwritten_tail_kills: u64,
 }
@@ -237,8 +238,12 @@ impl Injector {
                 if let Some(l) = self.fault_leader.filter(|l| ids.contains(l) && self.reachable().contains(l))
                 {
                     self.leader_kills += 1;
-                    let aim = self.aim(l).await;
-                    self.log(format!("  leader {l}: {aim}"));
+                    // Aimed (`Cluster::stop_with_unwritten_tail`): killed anyway when no
+                    // moment was found.
+                    let others: Vec<u64> = self.reachable().into_iter().filter(|i| *i != l).collect();
+                    let aim = self.c.stop_with_unwritten_tail(l, &others, AIM_TRIES).await;
+                    self.unwritten_tail_kills += u64::from(aim.is_ok());
+                    self.log(format!("  leader {l}: {}", aim.unwrap_or_else(|e| e)));
                 }
                 self.c.kill9_together(&ids);
                 self.seen.lock().unwrap().pending.retain(|p| !ids.contains(&p.node));
@@ -294,34 +299,6 @@ impl Injector {
                 self.log(format!("  wrote {done} of {count} creates of {props} bytes in {:?}", t.elapsed()));
             }
         }
-    }
-
-    /// Picks the moment to kill leader `l` (as `double_kill.rs` does): it is stopped and its
-    /// log as written so far is read offline; when another node already holds entries past it
-    /// (shipped before they were written here, so a SIGKILL loses them here: the hazard of
-    /// docs/replication-safety.md), it is left stopped for the kill. Otherwise it continues and
-    /// is tried again a few milliseconds later, a bounded number of times. Says what it found.
-    async fn aim(&mut self, l: u64) -> String {
-        let others: Vec<u64> = self.reachable().into_iter().filter(|i| *i != l).collect();
-        let mut seen = String::new();
-        for attempt in 0..AIM_TRIES {
-            self.c.signal(l, "STOP");
-            let shipped = self.views(&others).await.iter().filter_map(|m| m.last_log_index).max();
-            let written =
-                wal_raft::check::log_ids(&self.c.data(l)).map(|ids| ids.last().map_or(0, |x| x.index));
-            match (written, shipped) {
-                (Ok(w), Some(s)) if w < s => {
-                    self.unwritten_tail_kills += 1;
-                    return format!(
-                        "its log ends at {w}, another's at {s}: killed with entries it shipped unwritten"
-                    );
-                }
-                (w, s) => seen = format!("its log ends at {w:?}, the others' at {s:?}"),
-            }
-            self.c.signal(l, "CONT");
-            tokio::time::sleep(Duration::from_millis(1 + attempt % 7)).await;
-        }
-        format!("{seen}: no unwritten shipped tail in {AIM_TRIES} tries")
     }
 
     /// Where a node's log ends as it goes away (stopped or cut off); a catch-up it was in is

@@ -276,6 +276,45 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// Stops `leader` (SIGSTOP) at a moment when it has shipped entries it has not written, so
+    /// that a SIGKILL now loses them on it alone (docs/replication-safety.md: its log writer
+    /// group-commits, and entries queued behind the fdatasync in flight are already served to
+    /// followers from memory). Each try stops it, reads its log as written so far (offline,
+    /// read-only) and compares that with the last log index of `others`; when one of them is
+    /// ahead, the leader is left stopped: `Ok`. Otherwise it continues and is tried again a few
+    /// milliseconds later, `tries` times at most: `Err`, the leader running. Either says what
+    /// it saw. The aimed kill of `double_kill.rs` and of the campaign's leader kills.
+    pub async fn stop_with_unwritten_tail(
+        &self,
+        leader: u64,
+        others: &[u64],
+        tries: u64,
+    ) -> Result<String, String> {
+        let mut seen = String::new();
+        for attempt in 0..tries {
+            self.signal(leader, "STOP");
+            let mut shipped = None;
+            for id in others {
+                shipped = shipped.max(self.metrics(*id).await.and_then(|m| m.last_log_index));
+            }
+            let written =
+                wal_raft::check::log_ids(&self.data(leader)).map(|ids| ids.last().map_or(0, |l| l.index));
+            match (written, shipped) {
+                (Ok(w), Some(s)) if w < s => {
+                    return Ok(format!(
+                        "its log ends at {w}, another's at {s}: entries it shipped are unwritten"
+                    ));
+                }
+                (w, s) => seen = format!("its log ends at {w:?}, the others' at {s:?}"),
+            }
+            self.signal(leader, "CONT");
+            tokio::time::sleep(Duration::from_millis(1 + attempt % 7)).await;
+        }
+        Err(format!("{seen}: no unwritten shipped tail in {tries} tries"))
+    }
+}
+
+impl Cluster {
     /// No node among `ids` has seen digest claims disagree since it started (replays of the
     /// log included): what a run without any fault in the state must show.
     pub async fn no_claims_disagreed(&self, ids: &[u64]) {
