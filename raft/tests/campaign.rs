@@ -351,7 +351,7 @@ async fn live_checks(
 ) -> (Option<NodeMetrics>, Option<usize>, checks::Entities) {
     let mut end = None;
     match checks::barrier(addrs).await {
-        Ok(at) => match checks::converge(addrs, at, CONVERGE).await {
+        Ok(at) => match support::agreement(addrs, at, CONVERGE).await {
             Ok(m) => end = Some(m),
             Err(e) => inj.fail(e),
         },
@@ -369,7 +369,7 @@ async fn live_checks(
     }
     let mut views = Vec::new();
     for id in 1..=3 {
-        match observe::metrics(&inj.c.addr(id), Duration::from_secs(5)).await {
+        match support::metrics_at(&inj.c.addr(id), Duration::from_secs(5)).await {
             Some(m) => {
                 if let Some(f) = &m.fatal {
                     inj.fail(format!("node {id}: raft stopped: {f}"));

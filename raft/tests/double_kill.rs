@@ -113,27 +113,6 @@ impl Load {
     }
 }
 
-/// The three replicas at one applied index with one digest (bounded), or what they were at.
-async fn agreement(c: &Cluster) -> Result<(u64, String), String> {
-    let t = Instant::now();
-    let mut seen = Vec::new();
-    while t.elapsed() < ROUND_WAIT {
-        seen.clear();
-        for id in 1..=3 {
-            seen.push(c.metrics(id).await.map(|m| (m.last_applied, m.digest)));
-        }
-        if let Some(Some((Some(at), digest))) = seen.first() {
-            if seen.iter().all(|s| s.as_ref().is_some_and(|(a, d)| *a == Some(*at) && d == digest)) {
-                return Ok((*at, digest.clone()));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!(
-        "no common applied index and digest in {ROUND_WAIT:?}: (applied, digest) of nodes 1-3: {seen:?}"
-    ))
-}
-
 /// Every acknowledged create is on every replica, made by the entry at its acknowledged index.
 async fn every_write_everywhere(c: &Cluster, acked: &[(String, u64)]) -> Result<(), String> {
     for id in 1..=3 {
@@ -190,7 +169,9 @@ async fn round(c: &mut Cluster, round: u32) -> Result<usize, Failed> {
     let at_restart = load.count();
     load.until(at_restart + AFTER_RESTART).await.map_err(Failed::Stalled)?;
     let acked = load.finish().await;
-    let (index, digest) = agreement(c).await.map_err(Failed::Diverged)?;
+    let addrs: Vec<String> = (1..=3).map(|i| c.addr(i)).collect();
+    let end = support::agreement(&addrs, 0, ROUND_WAIT).await.map_err(Failed::Diverged)?;
+    let (index, digest) = (end.last_applied.unwrap_or(0), end.digest);
     every_write_everywhere(c, &acked).await.map_err(Failed::Lost)?;
     let now = c.leader(&[1, 2, 3]).await;
     eprintln!(

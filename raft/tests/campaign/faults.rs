@@ -13,9 +13,9 @@
 //! leader's purge point can only catch up from a snapshot.
 
 use crate::load::{self, Record};
-use crate::observe::{metrics, Observed};
+use crate::observe::Observed;
 use crate::schedule::{Fault, Role};
-use crate::support::Cluster;
+use crate::support::{metrics_at, Cluster};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -156,7 +156,7 @@ impl Injector {
     async fn views(&self, among: &[u64]) -> Vec<wal_raft::net::wire::NodeMetrics> {
         let polls = among.iter().map(|i| {
             let a = self.c.addr(*i);
-            async move { metrics(&a, Duration::from_millis(500)).await }
+            async move { metrics_at(&a, Duration::from_millis(500)).await }
         });
         futures_util::future::join_all(polls).await.into_iter().flatten().collect()
     }
@@ -305,7 +305,7 @@ impl Injector {
     /// interrupted.
     async fn note_end(&mut self, id: u64) {
         self.seen.lock().unwrap().pending.retain(|p| p.node != id);
-        let m = metrics(&self.c.addr(id), Duration::from_millis(500)).await;
+        let m = metrics_at(&self.c.addr(id), Duration::from_millis(500)).await;
         self.away_end.insert(id, m.and_then(|m| m.last_log_index).unwrap_or(0));
     }
 

@@ -225,8 +225,7 @@ impl Cluster {
     }
 
     pub async fn metrics(&self, id: u64) -> Option<NodeMetrics> {
-        let c = self.client(&[id]);
-        tokio::time::timeout(Duration::from_secs(2), c.metrics(&self.addr(id))).await.ok()?.ok()
+        metrics_at(&self.addr(id), Duration::from_secs(2)).await
     }
 
     /// A leader among `among` that a majority of `among` agrees on (bounded).
@@ -253,26 +252,59 @@ impl Cluster {
     /// Waits until every node in `ids` has applied the same index, at least `at_least`, with the
     /// same digest; returns (index, digest).
     pub async fn converged(&self, ids: &[u64], at_least: u64) -> (u64, String) {
-        let t = Instant::now();
-        let mut last = Vec::new();
-        while t.elapsed() < WAIT {
-            last.clear();
-            for id in ids {
-                last.push(self.metrics(*id).await);
-            }
-            if let Some(Some(first)) = last.first() {
-                let same = last.iter().all(|m| {
-                    m.as_ref()
-                        .is_some_and(|m| m.last_applied == first.last_applied && m.digest == first.digest)
-                });
-                if same && first.last_applied.is_some_and(|a| a >= at_least) {
-                    return (first.last_applied.unwrap_or(0), first.digest.clone());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let addrs: Vec<String> = ids.iter().map(|i| self.addr(*i)).collect();
+        match agreement(&addrs, at_least, WAIT).await {
+            Ok(m) => (m.last_applied.unwrap_or(0), m.digest),
+            Err(e) => panic!("nodes {ids:?}: {e}\n{}", self.outputs(ids)),
         }
-        panic!("nodes {ids:?} did not converge at or past {at_least}: {last:#?}\n{}", self.outputs(ids));
     }
+}
+
+/// The metrics of the node at `addr`, or `None` when it does not answer within `within`.
+pub async fn metrics_at(addr: &str, within: Duration) -> Option<NodeMetrics> {
+    let mut c = Client::new(vec![addr.to_string()]);
+    c.call_timeout = within;
+    tokio::time::timeout(within, c.metrics(addr)).await.ok()?.ok()
+}
+
+/// Waits (up to `bound`) until the nodes at `addrs` have applied one index, at least
+/// `at_least`, with one digest there: the first node's metrics then. Nodes seen at one such
+/// index with different digests end the wait at once (at one applied index a digest never
+/// changes: they would never agree). The error says where each node was.
+pub async fn agreement(addrs: &[String], at_least: u64, bound: Duration) -> Result<NodeMetrics, String> {
+    let t = Instant::now();
+    let mut seen = Vec::new();
+    while t.elapsed() < bound {
+        seen.clear();
+        for a in addrs {
+            seen.push(metrics_at(a, Duration::from_secs(5)).await);
+        }
+        if let Some(Some(first)) = seen.first() {
+            let reached = first.last_applied.is_some_and(|a| a >= at_least);
+            let one_index =
+                seen.iter().all(|m| m.as_ref().is_some_and(|m| m.last_applied == first.last_applied));
+            if reached && one_index {
+                if seen.iter().all(|m| m.as_ref().is_some_and(|m| m.digest == first.digest)) {
+                    return Ok(first.clone());
+                }
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let views: Vec<String> = seen
+        .iter()
+        .map(|m| match m {
+            Some(m) => format!(
+                "node {}: {} term {} applied {:?} digest {} log to {:?}",
+                m.id, m.state, m.term, m.last_applied, m.digest, m.last_log_index
+            ),
+            None => "no answer".into(),
+        })
+        .collect();
+    Err(format!(
+        "no common applied index at or past {at_least} with one digest (bound {bound:?}): {views:#?}"
+    ))
 }
 
 impl Cluster {
