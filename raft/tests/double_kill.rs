@@ -113,20 +113,6 @@ impl Load {
     }
 }
 
-/// Every acknowledged create is on every replica, made by the entry at its acknowledged index.
-async fn every_write_everywhere(c: &Cluster, acked: &[(String, u64)]) -> Result<(), String> {
-    for id in 1..=3 {
-        let cl = c.client(&[id]);
-        for (name, index) in acked {
-            let e = cl.lookup(&c.addr(id), None, name).await.map_err(|e| format!("node {id}: {e}"))?;
-            if e.as_ref().map(|e| e.id) != Some(*index) {
-                return Err(format!("node {id}: {name}, acknowledged at index {index}, is {e:?} there"));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// How a round failed.
 #[derive(Debug)]
 enum Failed {
@@ -172,7 +158,7 @@ async fn round(c: &mut Cluster, round: u32) -> Result<usize, Failed> {
     let addrs: Vec<String> = (1..=3).map(|i| c.addr(i)).collect();
     let end = support::agreement(&addrs, 0, ROUND_WAIT).await.map_err(Failed::Diverged)?;
     let (index, digest) = (end.last_applied.unwrap_or(0), end.digest);
-    every_write_everywhere(c, &acked).await.map_err(Failed::Lost)?;
+    c.creates_everywhere(&[1, 2, 3], &acked).await.map_err(Failed::Lost)?;
     let now = c.leader(&[1, 2, 3]).await;
     eprintln!(
         "round {round}: now leader {} term {}; {} acknowledged; all at index {index}, digest {}",

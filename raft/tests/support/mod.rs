@@ -363,6 +363,23 @@ impl Cluster {
         }
     }
 
+    /// Every acknowledged create, (name, the index it was acknowledged at), is on every node
+    /// of `ids` as the entity the entry at that index made (a create's entity id is its index):
+    /// `Err` names the first that is not, where, and what is there instead.
+    pub async fn creates_everywhere(&self, ids: &[u64], acked: &[(String, u64)]) -> Result<(), String> {
+        for id in ids {
+            let cl = self.client(&[*id]);
+            for (name, index) in acked {
+                let e =
+                    cl.lookup(&self.addr(*id), None, name).await.map_err(|e| format!("node {id}: {e}"))?;
+                if e.as_ref().map(|e| e.id) != Some(*index) {
+                    return Err(format!("node {id}: {name}, acknowledged at index {index}, is {e:?} there"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The claim interval the nodes run with (`--checkpoint-every`).
     pub fn claim_every(&self) -> u64 {
         let at = self.extra.iter().position(|e| e == "--checkpoint-every");
