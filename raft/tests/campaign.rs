@@ -18,8 +18,8 @@
 //!   fault and every returning node catches up; after everything is undone, one applied index
 //!   and one digest on every replica; every entity on every replica as its writer's answers
 //!   say; every Indeterminate write resolved (applied once or not at all); no process that
-//!   ended on its own, no panic; `walraft-node check` CLEAN and `compare` AGREE on the stopped
-//!   nodes.
+//!   ended on its own, no panic, no node fenced, no digest claims that disagreed;
+//!   `walraft-node check` CLEAN and `compare` AGREE on the stopped nodes.
 //!
 //! `campaign_short` (CI) is a fixed seed, at least 30 s of faults and two cycles of every
 //! kind. The long run is ignored; the command for the committed 30-minute summary:
@@ -271,7 +271,9 @@ async fn campaign(run: Run) {
         inj.fail(s);
     }
     let records: Vec<Record> = records.lock().unwrap().clone();
-    let (end, digests, entities) = live_checks(&mut inj, &addrs, &records).await;
+    // A node that fenced itself is down (a failure already): the checks hold the others.
+    let up: Vec<u64> = (1..=3).filter(|i| !inj.fenced.contains(i)).collect();
+    let (end, digests, entities) = live_checks(&mut inj, &up, &records).await;
     let watched = watched(&mut inj, observer).await;
     let (panics, offline_checks, offline_compare) = stopped_checks(&mut inj);
     let ending = Ending { end, digests, entities, panics, offline_checks, offline_compare };
@@ -342,13 +344,15 @@ async fn fault_phase(
     phase
 }
 
-/// With everything healed and the writers stopped: one more acknowledged write, the replicas
-/// converged past it, every name on every replica, and each node's own view (its Raft running).
+/// With everything healed and the writers stopped, on the nodes `ids` (those up): one more
+/// acknowledged write, the replicas converged past it, every name on every replica, and each
+/// node's own view (its Raft running).
 async fn live_checks(
     inj: &mut faults::Injector,
-    addrs: &[String],
+    ids: &[u64],
     records: &[Record],
 ) -> (Option<NodeMetrics>, Option<usize>, checks::Entities) {
+    let addrs: &[String] = &ids.iter().map(|i| inj.c.addr(*i)).collect::<Vec<_>>();
     let mut end = None;
     match checks::barrier(addrs).await {
         Ok(at) => match support::agreement(addrs, at, CONVERGE).await {
@@ -368,7 +372,7 @@ async fn live_checks(
         inj.fail(format!("entity check: {entities:#?}"));
     }
     let mut views = Vec::new();
-    for id in 1..=3 {
+    for &id in ids {
         match support::metrics_at(&inj.c.addr(id), Duration::from_secs(5)).await {
             Some(m) => {
                 if let Some(f) = &m.fatal {
@@ -377,6 +381,11 @@ async fn live_checks(
                 // A healthy run never fences: a fence means the replicas' digests differed.
                 if let Some(f) = &m.fenced {
                     inj.fail(format!("node {id} fenced itself: {f}"));
+                }
+                // Nor do the voters' digest claims disagree without a majority (since this
+                // process started; its output, checked once stopped, covers earlier ones).
+                if m.claims.split > 0 {
+                    inj.fail(format!("node {id} saw digest claims disagree: {:?}", m.claims));
                 }
                 views.push(m);
             }
@@ -407,8 +416,8 @@ async fn watched(inj: &mut faults::Injector, observer: observe::Observer) -> Wat
     }
 }
 
-/// Stops the nodes (each must exit 0 on SIGTERM), then: no panic in any node's output, and the
-/// offline tools' verdicts on the data directories.
+/// Stops the nodes (each must exit 0 on SIGTERM), then: no panic and no disagreeing digest
+/// claims in any node's output, and the offline tools' verdicts on the data directories.
 fn stopped_checks(inj: &mut faults::Injector) -> (usize, Vec<String>, String) {
     inj.check_exits();
     for (id, status) in inj.c.stop_all() {
@@ -418,10 +427,15 @@ fn stopped_checks(inj: &mut faults::Injector) -> (usize, Vec<String>, String) {
     }
     let mut panics = 0;
     for id in 1..=3 {
-        let p = checks::panics(&inj.c, id);
+        let p = checks::lines(&inj.c, id, "panicked");
         panics += p.len();
         if !p.is_empty() {
             inj.fail(format!("node {id} panicked: {p:?}"));
+        }
+        // Every process the node ran (its output file is appended to across restarts).
+        let split = checks::lines(&inj.c, id, "DIGEST CLAIMS DISAGREE");
+        if !split.is_empty() {
+            inj.fail(format!("node {id} saw digest claims disagree: {split:?}"));
         }
     }
     let mut failures = Vec::new();

@@ -200,7 +200,7 @@ pub fn offline(c: &Cluster, failures: &mut Vec<String>) -> (Vec<String>, String)
     (checks, verdict)
 }
 
-/// Lines of a node's output that show a panic.
-pub fn panics(c: &Cluster, id: u64) -> Vec<String> {
-    c.output(id).lines().filter(|l| l.contains("panicked")).map(str::to_string).collect()
+/// The lines of a node's output (every process it ran) that contain `what`.
+pub fn lines(c: &Cluster, id: u64, what: &str) -> Vec<String> {
+    c.output(id).lines().filter(|l| l.contains(what)).map(str::to_string).collect()
 }

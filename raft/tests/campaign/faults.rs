@@ -8,7 +8,8 @@
 //!
 //! The injector also plays the operator's supervisor: a node whose process ends on its own is
 //! a failure of the campaign, recorded with its exit status, and is restarted so the run goes
-//! on. And it notes, for every node that comes back (restarted, resumed, reconnected), where
+//! on; unless it fenced itself, as its `FENCED` file refuses every start until an operator
+//! deletes it: that node stays down. And it notes, for every node that comes back (restarted, resumed, reconnected), where
 //! its log ended and where the others' purge point was: a node whose log ended below the
 //! leader's purge point can only catch up from a snapshot.
 
@@ -60,6 +61,8 @@ pub struct Injector {
     /// The observer's view, where rejoins wait to be seen caught up.
     seen: Arc<Mutex<Observed>>,
     stopped: BTreeSet<u64>,
+    /// Nodes left down because they fenced themselves ([`Injector::startable`]).
+    pub fenced: BTreeSet<u64>,
     cut: BTreeSet<u64>,
     away_end: BTreeMap<u64, u64>,
     /// Every action and observation, timed from the campaign's start.
@@ -94,6 +97,7 @@ impl Injector {
             records,
             seen,
             stopped: BTreeSet::new(),
+            fenced: BTreeSet::new(),
             cut: BTreeSet::new(),
             away_end: BTreeMap::new(),
             events: Vec::new(),
@@ -129,9 +133,29 @@ impl Injector {
             self.fail(format!("node {id} exited on its own ({status})\n{tail}"));
             self.stopped.remove(&id);
             self.cut.remove(&id);
-            self.c.spawn(id);
-            self.log(format!("restarted node {id} after its unexpected exit"));
+            if self.startable(id) {
+                self.c.spawn(id);
+                self.log(format!("restarted node {id} after its unexpected exit"));
+            }
         }
+    }
+
+    /// Whether node `id` may be started again, as a supervisor would: not when it fenced
+    /// itself, as its `FENCED` file makes every start exit at once (9) until an operator
+    /// deletes it, and restarting it would only loop. Such a node is a failure, recorded once,
+    /// and stays down.
+    fn startable(&mut self, id: u64) -> bool {
+        let fence = self.c.data(id).join(wal_raft::fence::FENCE_FILE);
+        if !fence.exists() {
+            return true;
+        }
+        if self.fenced.insert(id) {
+            let why = std::fs::read_to_string(&fence).unwrap_or_default();
+            self.fail(format!(
+                "node {id} fenced itself and is left down (a supervisor cannot restart it): {why}"
+            ));
+        }
+        false
     }
 
     /// Sleeps `d`, watching for processes that end on their own.
@@ -264,9 +288,11 @@ impl Injector {
                 self.log(format!("  SIGKILL {ids:?} (durable log ends: {:?})", self.away_end));
             }
             Action::Spawn(id) => {
-                let r = self.rejoin(id).await;
-                self.c.spawn(id);
-                self.log(format!("  restarted node {id} {r}"));
+                if self.startable(id) {
+                    let r = self.rejoin(id).await;
+                    self.c.spawn(id);
+                    self.log(format!("  restarted node {id} {r}"));
+                }
             }
             Action::Stop(id) => {
                 self.note_end(id).await;
