@@ -266,7 +266,10 @@ async fn campaign(run: Run) {
     let phase = fault_phase(&run, &mut inj, &load, &observer).await;
     inj.log(format!("fault phase over after {} faults; healing everything", phase.steps.len()));
     inj.heal_all().await;
-    inj.sleep(Duration::from_secs(2)).await;
+    // The writers stop once the healed cluster acknowledged one of their writes (not after a
+    // fixed time: the checks below wait for whatever they need).
+    let healed = t0.elapsed();
+    acknowledged_after(&mut inj, &load, healed, "everything was healed").await;
     for s in load.finish(Duration::from_secs(40)).await {
         inj.fail(s);
     }
@@ -316,14 +319,7 @@ async fn fault_phase(
         let healed = t0.elapsed();
         phase.spans.push(Span { n, kind: step.fault.kind(), from, to: healed });
         phase.steps.push(step);
-        let t = Instant::now();
-        while !load.acknowledged_after(healed) {
-            if t.elapsed() > LIVENESS {
-                inj.fail(format!("no write acknowledged within {LIVENESS:?} after fault {n} was undone"));
-                break;
-            }
-            inj.sleep(Duration::from_millis(50)).await;
-        }
+        acknowledged_after(inj, load, healed, &format!("fault {n} was undone")).await;
         let (diverged, stuck) = {
             let mut o = observer.seen.lock().unwrap();
             let stuck: Vec<observe::CatchUp> =
@@ -342,6 +338,19 @@ async fn fault_phase(
     }
     phase.to = t0.elapsed();
     phase
+}
+
+/// Waits until a write is acknowledged after `healed` (since the campaign's start), at most
+/// [`LIVENESS`]: past it, a failure (a hang after `what`).
+async fn acknowledged_after(inj: &mut faults::Injector, load: &Load, healed: Duration, what: &str) {
+    let t = Instant::now();
+    while !load.acknowledged_after(healed) {
+        if t.elapsed() > LIVENESS {
+            inj.fail(format!("no write acknowledged within {LIVENESS:?} after {what}"));
+            return;
+        }
+        inj.sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// With everything healed and the writers stopped, on the nodes `ids` (those up): one more
