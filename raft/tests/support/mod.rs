@@ -17,6 +17,16 @@ use wal_raft::Response;
 pub const BIN: &str = env!("CARGO_BIN_EXE_walraft-node");
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// The tests' timing flags (fast heartbeats and elections, frequent checkpoints), for every
+/// node unless its cluster sets the flag itself.
+const DEFAULT_FLAGS: [(&str, &str); 5] = [
+    ("--heartbeat-ms", "50"),
+    ("--election-min-ms", "300"),
+    ("--election-max-ms", "600"),
+    ("--write-timeout-ms", "2000"),
+    ("--checkpoint-every", "8"),
+];
+
 #[derive(Debug)]
 pub struct Cluster {
     pub dir: tempfile::TempDir,
@@ -32,6 +42,20 @@ impl Drop for Cluster {
             let _ = c.wait();
         }
     }
+}
+
+/// Waits up to `bound` for `child` to exit: its status, or `None` once it had to be killed.
+fn reap(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
+    let t = Instant::now();
+    while t.elapsed() < bound {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 pub fn free_ports(n: usize) -> Vec<u16> {
@@ -124,21 +148,22 @@ impl Cluster {
         }
     }
 
-    /// The tests' timing flags (fast heartbeats and elections, frequent checkpoints), except
-    /// those the cluster's `extra` flags set (a flag given twice is a usage error).
+    /// The tests' timing flags ([`DEFAULT_FLAGS`]), except those the cluster's `extra` flags
+    /// set (a flag given twice is a usage error).
     fn defaults_not_overridden(&self) -> Vec<&'static str> {
-        const DEFAULTS: [(&str, &str); 5] = [
-            ("--heartbeat-ms", "50"),
-            ("--election-min-ms", "300"),
-            ("--election-max-ms", "600"),
-            ("--write-timeout-ms", "2000"),
-            ("--checkpoint-every", "8"),
-        ];
-        DEFAULTS
+        DEFAULT_FLAGS
             .iter()
             .filter(|(f, _)| !self.extra.iter().any(|e| e == f))
             .flat_map(|(f, v)| [*f, *v])
             .collect()
+    }
+
+    /// The value the nodes run with for `flag`: the cluster's own, else the default.
+    fn flag(&self, flag: &str) -> Option<&str> {
+        match self.extra.iter().position(|e| e == flag) {
+            Some(at) => self.extra.get(at + 1).map(String::as_str),
+            None => DEFAULT_FLAGS.iter().find(|(f, _)| *f == flag).map(|(_, v)| *v),
+        }
     }
 
     /// Sends `signal` (a name `kill` knows: STOP, CONT) to the node's process.
@@ -153,37 +178,20 @@ impl Cluster {
     pub fn stop(&mut self, id: u64) -> Option<ExitStatus> {
         let mut c = self.children.remove(&id).unwrap();
         let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Some(s) = c.try_wait().unwrap() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        None
+        reap(&mut c, Duration::from_secs(10))
     }
 
     /// SIGTERM and wait (bounded): the exit status.
-    pub fn stop_status(&mut self, id: u64) -> std::process::ExitStatus {
+    pub fn stop_status(&mut self, id: u64) -> ExitStatus {
         let _ = Command::new("kill").arg("-TERM").arg(self.children[&id].id().to_string()).status();
         self.wait_exit(id)
     }
 
     /// Waits (bounded) for the node's process to exit by itself: its exit status.
-    pub fn wait_exit(&mut self, id: u64) -> std::process::ExitStatus {
+    pub fn wait_exit(&mut self, id: u64) -> ExitStatus {
         let mut c = self.children.remove(&id).unwrap();
-        let t = Instant::now();
-        while t.elapsed() < WAIT {
-            if let Some(s) = c.try_wait().unwrap() {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        panic!("node {id} did not exit within {WAIT:?}\n{}", self.outputs(&[id]));
+        reap(&mut c, WAIT)
+            .unwrap_or_else(|| panic!("node {id} did not exit within {WAIT:?}\n{}", self.outputs(&[id])))
     }
 
     /// Stops every running node; what each stop ended with ([`Cluster::stop`]).
@@ -382,8 +390,7 @@ impl Cluster {
 
     /// The claim interval the nodes run with (`--checkpoint-every`).
     pub fn claim_every(&self) -> u64 {
-        let at = self.extra.iter().position(|e| e == "--checkpoint-every");
-        at.and_then(|i| self.extra.get(i + 1)).map_or(8, |v| v.parse().unwrap())
+        self.flag("--checkpoint-every").and_then(|v| v.parse().ok()).expect("--checkpoint-every N")
     }
 
     /// Every node in `ids` (all running) compares digests and none is fenced: after twice the
