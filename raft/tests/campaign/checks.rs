@@ -6,7 +6,7 @@
 //! and `walraft-node compare` AGREE on the three.
 
 use crate::load::{self, Answer, Op, Record};
-use crate::support::{Cluster, BIN};
+use crate::support::{create, Cluster, BIN};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -16,12 +16,7 @@ use wal_raft::net::wire::EntityView;
 /// left uncommitted); its index. Bounded.
 pub async fn barrier(addrs: &[String]) -> Result<u64, String> {
     let c = load::client(addrs.to_vec());
-    let cmd = catalog::Command::Create {
-        parent: None,
-        kind: catalog::EntityKind::Metalake,
-        name: "campaign-barrier".into(),
-        props: vec![],
-    };
+    let cmd = create("campaign-barrier");
     let mut last = None;
     for _ in 0..5 {
         match c.write(&cmd).await {
