@@ -819,3 +819,25 @@ fn a_quoted_figure_that_differs_from_the_summary_is_named() {
     assert!(summary::parse("seed 7\n").unwrap_err().contains("line 1"));
     assert!(summary::parse("seed: 7\nseed: 8\n").unwrap_err().contains("line 2"));
 }
+
+/// The supervisor does not restart a node that fenced itself: its `FENCED` file refuses every
+/// start (exit 9), so a restart would only loop, one failure every poll. It is one failure, and
+/// the node stays down however often the campaign heals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_fenced_itself_is_left_down_and_failed_once() {
+    let mut c = Cluster::start(&[]);
+    c.leader(&[1, 2, 3]).await;
+    c.kill9(3);
+    std::fs::write(c.data(3).join(wal_raft::fence::FENCE_FILE), "node 3 diverged at index 8 (a test)\n")
+        .unwrap();
+    let seen = Arc::new(Mutex::new(observe::Observed::default()));
+    let mut inj = faults::Injector::new(c, Instant::now(), Arc::new(Mutex::new(Vec::new())), seen);
+    for _ in 0..3 {
+        inj.heal_all().await;
+        assert!(!inj.c.running(3), "the fenced node was started again");
+    }
+    assert_eq!(inj.failures.len(), 1, "{:#?}", inj.failures);
+    assert!(inj.failures[0].contains("node 3 fenced itself") && inj.failures[0].contains("(a test)"));
+    assert!(inj.c.running(1) && inj.c.running(2));
+    inj.c.stop_all();
+}
