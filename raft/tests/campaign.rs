@@ -18,8 +18,8 @@
 //!   fault and every returning node catches up; after everything is undone, one applied index
 //!   and one digest on every replica; every entity on every replica as its writer's answers
 //!   say; every Indeterminate write resolved (applied once or not at all); no process that
-//!   ended on its own, no panic; `walraft-node check` CLEAN and `compare` AGREE on the stopped
-//!   nodes.
+//!   ended on its own, no panic, no node fenced, no digest claims that disagreed;
+//!   `walraft-node check` CLEAN and `compare` AGREE on the stopped nodes.
 //!
 //! `campaign_short` (CI) is a fixed seed, at least 30 s of faults and two cycles of every
 //! kind. The long run is ignored; the command for the committed 30-minute summary:
@@ -266,12 +266,17 @@ async fn campaign(run: Run) {
     let phase = fault_phase(&run, &mut inj, &load, &observer).await;
     inj.log(format!("fault phase over after {} faults; healing everything", phase.steps.len()));
     inj.heal_all().await;
-    inj.sleep(Duration::from_secs(2)).await;
+    // The writers stop once the healed cluster acknowledged one of their writes (not after a
+    // fixed time: the checks below wait for whatever they need).
+    let healed = t0.elapsed();
+    acknowledged_after(&mut inj, &load, healed, "everything was healed").await;
     for s in load.finish(Duration::from_secs(40)).await {
         inj.fail(s);
     }
     let records: Vec<Record> = records.lock().unwrap().clone();
-    let (end, digests, entities) = live_checks(&mut inj, &addrs, &records).await;
+    // A node that fenced itself is down (a failure already): the checks hold the others.
+    let up: Vec<u64> = (1..=3).filter(|i| !inj.fenced.contains(i)).collect();
+    let (end, digests, entities) = live_checks(&mut inj, &up, &records).await;
     let watched = watched(&mut inj, observer).await;
     let (panics, offline_checks, offline_compare) = stopped_checks(&mut inj);
     let ending = Ending { end, digests, entities, panics, offline_checks, offline_compare };
@@ -314,14 +319,7 @@ async fn fault_phase(
         let healed = t0.elapsed();
         phase.spans.push(Span { n, kind: step.fault.kind(), from, to: healed });
         phase.steps.push(step);
-        let t = Instant::now();
-        while !load.acknowledged_after(healed) {
-            if t.elapsed() > LIVENESS {
-                inj.fail(format!("no write acknowledged within {LIVENESS:?} after fault {n} was undone"));
-                break;
-            }
-            inj.sleep(Duration::from_millis(50)).await;
-        }
+        acknowledged_after(inj, load, healed, &format!("fault {n} was undone")).await;
         let (diverged, stuck) = {
             let mut o = observer.seen.lock().unwrap();
             let stuck: Vec<observe::CatchUp> =
@@ -342,16 +340,31 @@ async fn fault_phase(
     phase
 }
 
-/// With everything healed and the writers stopped: one more acknowledged write, the replicas
-/// converged past it, every name on every replica, and each node's own view (its Raft running).
+/// Waits until a write is acknowledged after `healed` (since the campaign's start), at most
+/// [`LIVENESS`]: past it, a failure (a hang after `what`).
+async fn acknowledged_after(inj: &mut faults::Injector, load: &Load, healed: Duration, what: &str) {
+    let t = Instant::now();
+    while !load.acknowledged_after(healed) {
+        if t.elapsed() > LIVENESS {
+            inj.fail(format!("no write acknowledged within {LIVENESS:?} after {what}"));
+            return;
+        }
+        inj.sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// With everything healed and the writers stopped, on the nodes `ids` (those up): one more
+/// acknowledged write, the replicas converged past it, every name on every replica, and each
+/// node's own view (its Raft running).
 async fn live_checks(
     inj: &mut faults::Injector,
-    addrs: &[String],
+    ids: &[u64],
     records: &[Record],
 ) -> (Option<NodeMetrics>, Option<usize>, checks::Entities) {
+    let addrs: &[String] = &ids.iter().map(|i| inj.c.addr(*i)).collect::<Vec<_>>();
     let mut end = None;
     match checks::barrier(addrs).await {
-        Ok(at) => match checks::converge(addrs, at, CONVERGE).await {
+        Ok(at) => match support::agreement(addrs, at, CONVERGE).await {
             Ok(m) => end = Some(m),
             Err(e) => inj.fail(e),
         },
@@ -368,8 +381,8 @@ async fn live_checks(
         inj.fail(format!("entity check: {entities:#?}"));
     }
     let mut views = Vec::new();
-    for id in 1..=3 {
-        match observe::metrics(&inj.c.addr(id), Duration::from_secs(5)).await {
+    for &id in ids {
+        match support::metrics_at(&inj.c.addr(id), Duration::from_secs(5)).await {
             Some(m) => {
                 if let Some(f) = &m.fatal {
                     inj.fail(format!("node {id}: raft stopped: {f}"));
@@ -377,6 +390,11 @@ async fn live_checks(
                 // A healthy run never fences: a fence means the replicas' digests differed.
                 if let Some(f) = &m.fenced {
                     inj.fail(format!("node {id} fenced itself: {f}"));
+                }
+                // Nor do the voters' digest claims disagree without a majority (since this
+                // process started; its output, checked once stopped, covers earlier ones).
+                if m.claims.split > 0 {
+                    inj.fail(format!("node {id} saw digest claims disagree: {:?}", m.claims));
                 }
                 views.push(m);
             }
@@ -407,8 +425,8 @@ async fn watched(inj: &mut faults::Injector, observer: observe::Observer) -> Wat
     }
 }
 
-/// Stops the nodes (each must exit 0 on SIGTERM), then: no panic in any node's output, and the
-/// offline tools' verdicts on the data directories.
+/// Stops the nodes (each must exit 0 on SIGTERM), then: no panic and no disagreeing digest
+/// claims in any node's output, and the offline tools' verdicts on the data directories.
 fn stopped_checks(inj: &mut faults::Injector) -> (usize, Vec<String>, String) {
     inj.check_exits();
     for (id, status) in inj.c.stop_all() {
@@ -418,10 +436,15 @@ fn stopped_checks(inj: &mut faults::Injector) -> (usize, Vec<String>, String) {
     }
     let mut panics = 0;
     for id in 1..=3 {
-        let p = checks::panics(&inj.c, id);
+        let p = checks::lines(&inj.c, id, "panicked");
         panics += p.len();
         if !p.is_empty() {
             inj.fail(format!("node {id} panicked: {p:?}"));
+        }
+        // Every process the node ran (its output file is appended to across restarts).
+        let split = checks::lines(&inj.c, id, "DIGEST CLAIMS DISAGREE");
+        if !split.is_empty() {
+            inj.fail(format!("node {id} saw digest claims disagree: {split:?}"));
         }
     }
     let mut failures = Vec::new();
@@ -795,4 +818,26 @@ fn a_quoted_figure_that_differs_from_the_summary_is_named() {
     );
     assert!(summary::parse("seed 7\n").unwrap_err().contains("line 1"));
     assert!(summary::parse("seed: 7\nseed: 8\n").unwrap_err().contains("line 2"));
+}
+
+/// The supervisor does not restart a node that fenced itself: its `FENCED` file refuses every
+/// start (exit 9), so a restart would only loop, one failure every poll. It is one failure, and
+/// the node stays down however often the campaign heals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_fenced_itself_is_left_down_and_failed_once() {
+    let mut c = Cluster::start(&[]);
+    c.leader(&[1, 2, 3]).await;
+    c.kill9(3);
+    std::fs::write(c.data(3).join(wal_raft::fence::FENCE_FILE), "node 3 diverged at index 8 (a test)\n")
+        .unwrap();
+    let seen = Arc::new(Mutex::new(observe::Observed::default()));
+    let mut inj = faults::Injector::new(c, Instant::now(), Arc::new(Mutex::new(Vec::new())), seen);
+    for _ in 0..3 {
+        inj.heal_all().await;
+        assert!(!inj.c.running(3), "the fenced node was started again");
+    }
+    assert_eq!(inj.failures.len(), 1, "{:#?}", inj.failures);
+    assert!(inj.failures[0].contains("node 3 fenced itself") && inj.failures[0].contains("(a test)"));
+    assert!(inj.c.running(1) && inj.c.running(2));
+    inj.c.stop_all();
 }

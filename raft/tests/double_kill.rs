@@ -113,64 +113,6 @@ impl Load {
     }
 }
 
-/// The three replicas at one applied index with one digest (bounded), or what they were at.
-async fn agreement(c: &Cluster) -> Result<(u64, String), String> {
-    let t = Instant::now();
-    let mut seen = Vec::new();
-    while t.elapsed() < ROUND_WAIT {
-        seen.clear();
-        for id in 1..=3 {
-            seen.push(c.metrics(id).await.map(|m| (m.last_applied, m.digest)));
-        }
-        if let Some(Some((Some(at), digest))) = seen.first() {
-            if seen.iter().all(|s| s.as_ref().is_some_and(|(a, d)| *a == Some(*at) && d == digest)) {
-                return Ok((*at, digest.clone()));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(format!(
-        "no common applied index and digest in {ROUND_WAIT:?}: (applied, digest) of nodes 1-3: {seen:?}"
-    ))
-}
-
-/// Every acknowledged create is on every replica, made by the entry at its acknowledged index.
-async fn every_write_everywhere(c: &Cluster, acked: &[(String, u64)]) -> Result<(), String> {
-    for id in 1..=3 {
-        let cl = c.client(&[id]);
-        for (name, index) in acked {
-            let e = cl.lookup(&c.addr(id), None, name).await.map_err(|e| format!("node {id}: {e}"))?;
-            if e.as_ref().map(|e| e.id) != Some(*index) {
-                return Err(format!("node {id}: {name}, acknowledged at index {index}, is {e:?} there"));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Picks the moment of the kill: the leader is stopped (SIGSTOP) and its log as written so far
-/// is read; when the survivor already holds entries past it (shipped before they were written
-/// here, so a SIGKILL now loses them here), the leader is left stopped for the kill. Otherwise
-/// it continues and a few milliseconds later is tried again (bounded: then it is killed
-/// anyway). Says what the leader loses.
-async fn lost_tail(c: &Cluster, leader: u64, survivor: u64) -> String {
-    let mut seen = String::new();
-    for attempt in 0..HAZARD_TRIES {
-        c.signal(leader, "STOP");
-        let shipped = c.metrics(survivor).await.and_then(|m| m.last_log_index);
-        let written = wal_raft::check::log_ids(&c.data(leader)).map(|ids| ids.last().map(|l| l.index));
-        match (written, shipped) {
-            (Ok(w), Some(s)) if w.is_none_or(|w| w < s) => {
-                return format!("its log ends at {w:?}, the survivor's at {s}: entries it shipped are lost");
-            }
-            (w, s) => seen = format!("its log ends at {w:?}, the survivor's at {s:?}"),
-        }
-        c.signal(leader, "CONT");
-        tokio::time::sleep(Duration::from_millis(1 + attempt % 7)).await;
-    }
-    format!("{seen}: nothing shipped was lost after {HAZARD_TRIES} tries")
-}
-
 /// How a round failed.
 #[derive(Debug)]
 enum Failed {
@@ -201,7 +143,11 @@ async fn round(c: &mut Cluster, round: u32) -> Result<usize, Failed> {
     let others: Vec<u64> = (1..=3).filter(|i| *i != leader).collect();
     let follower = others[round as usize % 2];
     let survivor = others[1 - round as usize % 2];
-    let lost = lost_tail(c, leader, survivor).await;
+    // Aimed (`Cluster::stop_with_unwritten_tail`): killed anyway when no moment was found.
+    let lost = match c.stop_with_unwritten_tail(leader, &[survivor], HAZARD_TRIES).await {
+        Ok(seen) => format!("{seen}: lost on it"),
+        Err(seen) => seen,
+    };
     c.kill9_together(&[leader, follower]);
     c.spawn(leader);
     c.spawn(follower);
@@ -209,8 +155,10 @@ async fn round(c: &mut Cluster, round: u32) -> Result<usize, Failed> {
     let at_restart = load.count();
     load.until(at_restart + AFTER_RESTART).await.map_err(Failed::Stalled)?;
     let acked = load.finish().await;
-    let (index, digest) = agreement(c).await.map_err(Failed::Diverged)?;
-    every_write_everywhere(c, &acked).await.map_err(Failed::Lost)?;
+    let addrs: Vec<String> = (1..=3).map(|i| c.addr(i)).collect();
+    let end = support::agreement(&addrs, 0, ROUND_WAIT).await.map_err(Failed::Diverged)?;
+    let (index, digest) = (end.last_applied.unwrap_or(0), end.digest);
+    c.creates_everywhere(&[1, 2, 3], &acked).await.map_err(Failed::Lost)?;
     let now = c.leader(&[1, 2, 3]).await;
     eprintln!(
         "round {round}: now leader {} term {}; {} acknowledged; all at index {index}, digest {}",

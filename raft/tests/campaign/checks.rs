@@ -1,66 +1,22 @@
 //! The campaign's final checks, once every fault is undone and the writers have stopped:
-//! the replicas converge (one applied index, one digest), every entity on every replica is
-//! what its writer's answers say (so every acknowledged write is there, once, and nothing
-//! Rejected applied), every Indeterminate write is resolved, and, with the nodes stopped, the
-//! offline tools agree: `walraft-node check` CLEAN on each data directory and
-//! `walraft-node compare` AGREE on the three.
+//! the replicas converge (one applied index, one digest: `support::agreement`), every entity
+//! on every replica is what its writer's answers say (so every acknowledged write is there,
+//! once, and nothing Rejected applied), every Indeterminate write is resolved, and, with the
+//! nodes stopped, the offline tools agree: `walraft-node check` CLEAN on each data directory
+//! and `walraft-node compare` AGREE on the three.
 
 use crate::load::{self, Answer, Op, Record};
-use crate::observe::metrics;
-use crate::support::{Cluster, BIN};
+use crate::support::{create, Cluster, BIN};
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::{Duration, Instant};
-use wal_raft::net::wire::{EntityView, NodeMetrics};
-
-/// Every replica at one applied index (at least `at_least`) with one digest, within `bound`.
-pub async fn converge(addrs: &[String], at_least: u64, bound: Duration) -> Result<NodeMetrics, String> {
-    let t = Instant::now();
-    let mut seen = Vec::new();
-    while t.elapsed() < bound {
-        seen.clear();
-        for a in addrs {
-            seen.push(metrics(a, Duration::from_secs(5)).await);
-        }
-        if let Some(Some(first)) = seen.first() {
-            let same = seen.iter().all(|m| {
-                m.as_ref().is_some_and(|m| m.last_applied == first.last_applied && m.digest == first.digest)
-            });
-            if same && first.last_applied.is_some_and(|a| a >= at_least) {
-                return Ok(first.clone());
-            }
-            // At one applied index a digest never changes: different ones there never converge.
-            let one_index =
-                seen.iter().all(|m| m.as_ref().is_some_and(|m| m.last_applied == first.last_applied));
-            if one_index && !same && first.last_applied.is_some_and(|a| a >= at_least) {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let views: Vec<String> = seen
-        .iter()
-        .map(|m| match m {
-            Some(m) => format!(
-                "node {}: {} term {} applied {:?} digest {} log to {:?}",
-                m.id, m.state, m.term, m.last_applied, m.digest, m.last_log_index
-            ),
-            None => "no answer".into(),
-        })
-        .collect();
-    Err(format!("the replicas did not converge at or past index {at_least} (bound {bound:?}): {views:?}"))
-}
+use std::time::Duration;
+use wal_raft::net::wire::EntityView;
 
 /// One acknowledged write after everything healed (it also commits whatever an earlier leader
 /// left uncommitted); its index. Bounded.
 pub async fn barrier(addrs: &[String]) -> Result<u64, String> {
     let c = load::client(addrs.to_vec());
-    let cmd = catalog::Command::Create {
-        parent: None,
-        kind: catalog::EntityKind::Metalake,
-        name: "campaign-barrier".into(),
-        props: vec![],
-    };
+    let cmd = create("campaign-barrier");
     let mut last = None;
     for _ in 0..5 {
         match c.write(&cmd).await {
@@ -239,7 +195,7 @@ pub fn offline(c: &Cluster, failures: &mut Vec<String>) -> (Vec<String>, String)
     (checks, verdict)
 }
 
-/// Lines of a node's output that show a panic.
-pub fn panics(c: &Cluster, id: u64) -> Vec<String> {
-    c.output(id).lines().filter(|l| l.contains("panicked")).map(str::to_string).collect()
+/// The lines of a node's output (every process it ran) that contain `what`.
+pub fn lines(c: &Cluster, id: u64, what: &str) -> Vec<String> {
+    c.output(id).lines().filter(|l| l.contains(what)).map(str::to_string).collect()
 }

@@ -3,18 +3,20 @@
 //! burst of writes) at fixed offsets from that start. Every action is logged with its time.
 //!
 //! A kill of the leader is aimed: it lands, when it can, at a moment when the leader has
-//! shipped entries it has not yet written ([`Injector::aim`]).
+//! shipped entries it has not yet written (`Cluster::stop_with_unwritten_tail`, the aim of
+//! `double_kill.rs` too).
 //!
 //! The injector also plays the operator's supervisor: a node whose process ends on its own is
 //! a failure of the campaign, recorded with its exit status, and is restarted so the run goes
-//! on. And it notes, for every node that comes back (restarted, resumed, reconnected), where
+//! on; unless it fenced itself, as its `FENCED` file refuses every start until an operator
+//! deletes it: that node stays down. And it notes, for every node that comes back (restarted, resumed, reconnected), where
 //! its log ended and where the others' purge point was: a node whose log ended below the
 //! leader's purge point can only catch up from a snapshot.
 
 use crate::load::{self, Record};
-use crate::observe::{metrics, Observed};
+use crate::observe::Observed;
 use crate::schedule::{Fault, Role};
-use crate::support::Cluster;
+use crate::support::{metrics_at, Cluster};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -59,6 +61,8 @@ pub struct Injector {
     /// The observer's view, where rejoins wait to be seen caught up.
     seen: Arc<Mutex<Observed>>,
     stopped: BTreeSet<u64>,
+    /// Nodes left down because they fenced themselves ([`Injector::startable`]).
+    pub fenced: BTreeSet<u64>,
     cut: BTreeSet<u64>,
     away_end: BTreeMap<u64, u64>,
     /// Every action and observation, timed from the campaign's start.
@@ -72,7 +76,7 @@ pub struct Injector {
     /// The leader when the current fault started.
     fault_leader: Option<u64>,
     /// Kills of the leader, and those that found it holding entries it had shipped but not
-    /// written ([`Injector::aim`]).
+    /// written (`Cluster::stop_with_unwritten_tail`).
     pub leader_kills: u64,
     pub unwritten_tail_kills: u64,
 }
@@ -93,6 +97,7 @@ impl Injector {
             records,
             seen,
             stopped: BTreeSet::new(),
+            fenced: BTreeSet::new(),
             cut: BTreeSet::new(),
             away_end: BTreeMap::new(),
             events: Vec::new(),
@@ -128,9 +133,29 @@ impl Injector {
             self.fail(format!("node {id} exited on its own ({status})\n{tail}"));
             self.stopped.remove(&id);
             self.cut.remove(&id);
-            self.c.spawn(id);
-            self.log(format!("restarted node {id} after its unexpected exit"));
+            if self.startable(id) {
+                self.c.spawn(id);
+                self.log(format!("restarted node {id} after its unexpected exit"));
+            }
         }
+    }
+
+    /// Whether node `id` may be started again, as a supervisor would: not when it fenced
+    /// itself, as its `FENCED` file makes every start exit at once (9) until an operator
+    /// deletes it, and restarting it would only loop. Such a node is a failure, recorded once,
+    /// and stays down.
+    fn startable(&mut self, id: u64) -> bool {
+        let fence = self.c.data(id).join(wal_raft::fence::FENCE_FILE);
+        if !fence.exists() {
+            return true;
+        }
+        if self.fenced.insert(id) {
+            let why = std::fs::read_to_string(&fence).unwrap_or_default();
+            self.fail(format!(
+                "node {id} fenced itself and is left down (a supervisor cannot restart it): {why}"
+            ));
+        }
+        false
     }
 
     /// Sleeps `d`, watching for processes that end on their own.
@@ -155,7 +180,7 @@ impl Injector {
     async fn views(&self, among: &[u64]) -> Vec<wal_raft::net::wire::NodeMetrics> {
         let polls = among.iter().map(|i| {
             let a = self.c.addr(*i);
-            async move { metrics(&a, Duration::from_millis(500)).await }
+            async move { metrics_at(&a, Duration::from_millis(500)).await }
         });
         futures_util::future::join_all(polls).await.into_iter().flatten().collect()
     }
@@ -237,8 +262,12 @@ impl Injector {
                 if let Some(l) = self.fault_leader.filter(|l| ids.contains(l) && self.reachable().contains(l))
                 {
                     self.leader_kills += 1;
-                    let aim = self.aim(l).await;
-                    self.log(format!("  leader {l}: {aim}"));
+                    // Aimed (`Cluster::stop_with_unwritten_tail`): killed anyway when no
+                    // moment was found.
+                    let others: Vec<u64> = self.reachable().into_iter().filter(|i| *i != l).collect();
+                    let aim = self.c.stop_with_unwritten_tail(l, &others, AIM_TRIES).await;
+                    self.unwritten_tail_kills += u64::from(aim.is_ok());
+                    self.log(format!("  leader {l}: {}", aim.unwrap_or_else(|e| e)));
                 }
                 self.c.kill9_together(&ids);
                 self.seen.lock().unwrap().pending.retain(|p| !ids.contains(&p.node));
@@ -259,9 +288,11 @@ impl Injector {
                 self.log(format!("  SIGKILL {ids:?} (durable log ends: {:?})", self.away_end));
             }
             Action::Spawn(id) => {
-                let r = self.rejoin(id).await;
-                self.c.spawn(id);
-                self.log(format!("  restarted node {id} {r}"));
+                if self.startable(id) {
+                    let r = self.rejoin(id).await;
+                    self.c.spawn(id);
+                    self.log(format!("  restarted node {id} {r}"));
+                }
             }
             Action::Stop(id) => {
                 self.note_end(id).await;
@@ -296,39 +327,11 @@ impl Injector {
         }
     }
 
-    /// Picks the moment to kill leader `l` (as `double_kill.rs` does): it is stopped and its
-    /// log as written so far is read offline; when another node already holds entries past it
-    /// (shipped before they were written here, so a SIGKILL loses them here: the hazard of
-    /// docs/replication-safety.md), it is left stopped for the kill. Otherwise it continues and
-    /// is tried again a few milliseconds later, a bounded number of times. Says what it found.
-    async fn aim(&mut self, l: u64) -> String {
-        let others: Vec<u64> = self.reachable().into_iter().filter(|i| *i != l).collect();
-        let mut seen = String::new();
-        for attempt in 0..AIM_TRIES {
-            self.c.signal(l, "STOP");
-            let shipped = self.views(&others).await.iter().filter_map(|m| m.last_log_index).max();
-            let written =
-                wal_raft::check::log_ids(&self.c.data(l)).map(|ids| ids.last().map_or(0, |x| x.index));
-            match (written, shipped) {
-                (Ok(w), Some(s)) if w < s => {
-                    self.unwritten_tail_kills += 1;
-                    return format!(
-                        "its log ends at {w}, another's at {s}: killed with entries it shipped unwritten"
-                    );
-                }
-                (w, s) => seen = format!("its log ends at {w:?}, the others' at {s:?}"),
-            }
-            self.c.signal(l, "CONT");
-            tokio::time::sleep(Duration::from_millis(1 + attempt % 7)).await;
-        }
-        format!("{seen}: no unwritten shipped tail in {AIM_TRIES} tries")
-    }
-
     /// Where a node's log ends as it goes away (stopped or cut off); a catch-up it was in is
     /// interrupted.
     async fn note_end(&mut self, id: u64) {
         self.seen.lock().unwrap().pending.retain(|p| p.node != id);
-        let m = metrics(&self.c.addr(id), Duration::from_millis(500)).await;
+        let m = metrics_at(&self.c.addr(id), Duration::from_millis(500)).await;
         self.away_end.insert(id, m.and_then(|m| m.last_log_index).unwrap_or(0));
     }
 

@@ -3,12 +3,12 @@
 //! node's snapshot file. A node that does not answer (stopped, killed, restarting) is skipped
 //! for that round.
 
+use crate::support::metrics_at;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wal_raft::client::Client;
 use wal_raft::net::wire::NodeMetrics;
 
 /// How often the nodes are polled.
@@ -79,13 +79,6 @@ impl Observed {
     }
 }
 
-/// One node's metrics, or `None` when it does not answer within `within`.
-pub async fn metrics(addr: &str, within: Duration) -> Option<NodeMetrics> {
-    let mut c = Client::new(vec![addr.to_string()]);
-    c.call_timeout = within;
-    c.metrics(addr).await.ok()
-}
-
 /// The observer task, until `stop`.
 #[derive(Debug)]
 pub struct Observer {
@@ -102,7 +95,7 @@ impl Observer {
         let (s, st) = (seen.clone(), stop.clone());
         let task = tokio::spawn(async move {
             while !st.load(Ordering::Relaxed) {
-                let polls = addrs.iter().map(|(id, a)| async move { (*id, metrics(a, EVERY * 2).await) });
+                let polls = addrs.iter().map(|(id, a)| async move { (*id, metrics_at(a, EVERY * 2).await) });
                 let got = futures_util::future::join_all(polls).await;
                 let sizes: Vec<u64> =
                     snapshots.values().filter_map(|p| std::fs::metadata(p).ok().map(|m| m.len())).collect();

@@ -243,8 +243,8 @@ impl Schedule {
             }
             // A follower: the backlog is what the others write while it is away, besides the
             // writers' load: 48 to 96 creates of 2-3 KiB, 96 KiB or more, at least six 16 KiB
-            // frames. (A client's command travels as a JSON array of numbers, up to 4 bytes a
-            // byte: 3 KiB of properties fit the smallest frame.)
+            // frames. (A command travels as raw bytes; with 16 KiB frames a node takes one of
+            // up to 15,852 bytes, `net/limit.rs`: these are far from that limit.)
             Kind::Backlog => Fault::Backlog {
                 who: Role::Follower(self.rng.u8(0..2)),
                 entities: self.rng.u32(48..=96),

@@ -21,6 +21,16 @@ use wal_raft::Response;
 pub const BIN: &str = env!("CARGO_BIN_EXE_walraft-node");
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// The tests' timing flags (fast heartbeats and elections, frequent checkpoints), for every
+/// node unless its cluster sets the flag itself.
+const DEFAULT_FLAGS: [(&str, &str); 5] = [
+    ("--heartbeat-ms", "50"),
+    ("--election-min-ms", "300"),
+    ("--election-max-ms", "600"),
+    ("--write-timeout-ms", "2000"),
+    ("--checkpoint-every", "8"),
+];
+
 #[derive(Debug)]
 pub struct Cluster {
     /// The `walraft-node` binary the nodes run.
@@ -38,6 +48,20 @@ impl Drop for Cluster {
             let _ = c.wait();
         }
     }
+}
+
+/// Waits up to `bound` for `child` to exit: its status, or `None` once it had to be killed.
+fn reap(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
+    let t = Instant::now();
+    while t.elapsed() < bound {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 pub fn free_ports(n: usize) -> Vec<u16> {
@@ -132,21 +156,22 @@ impl Cluster {
         }
     }
 
-    /// The tests' timing flags (fast heartbeats and elections, frequent checkpoints), except
-    /// those the cluster's `extra` flags set (a flag given twice is a usage error).
+    /// The tests' timing flags ([`DEFAULT_FLAGS`]), except those the cluster's `extra` flags
+    /// set (a flag given twice is a usage error).
     fn defaults_not_overridden(&self) -> Vec<&'static str> {
-        const DEFAULTS: [(&str, &str); 5] = [
-            ("--heartbeat-ms", "50"),
-            ("--election-min-ms", "300"),
-            ("--election-max-ms", "600"),
-            ("--write-timeout-ms", "2000"),
-            ("--checkpoint-every", "8"),
-        ];
-        DEFAULTS
+        DEFAULT_FLAGS
             .iter()
             .filter(|(f, _)| !self.extra.iter().any(|e| e == f))
             .flat_map(|(f, v)| [*f, *v])
             .collect()
+    }
+
+    /// The value the nodes run with for `flag`: the cluster's own, else the default.
+    fn flag(&self, flag: &str) -> Option<&str> {
+        match self.extra.iter().position(|e| e == flag) {
+            Some(at) => self.extra.get(at + 1).map(String::as_str),
+            None => DEFAULT_FLAGS.iter().find(|(f, _)| *f == flag).map(|(_, v)| *v),
+        }
     }
 
     /// Sends `signal` (a name `kill` knows: STOP, CONT) to the node's process.
@@ -161,37 +186,20 @@ impl Cluster {
     pub fn stop(&mut self, id: u64) -> Option<ExitStatus> {
         let mut c = self.children.remove(&id).unwrap();
         let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Some(s) = c.try_wait().unwrap() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        None
+        reap(&mut c, Duration::from_secs(10))
     }
 
     /// SIGTERM and wait (bounded): the exit status.
-    pub fn stop_status(&mut self, id: u64) -> std::process::ExitStatus {
+    pub fn stop_status(&mut self, id: u64) -> ExitStatus {
         let _ = Command::new("kill").arg("-TERM").arg(self.children[&id].id().to_string()).status();
         self.wait_exit(id)
     }
 
     /// Waits (bounded) for the node's process to exit by itself: its exit status.
-    pub fn wait_exit(&mut self, id: u64) -> std::process::ExitStatus {
+    pub fn wait_exit(&mut self, id: u64) -> ExitStatus {
         let mut c = self.children.remove(&id).unwrap();
-        let t = Instant::now();
-        while t.elapsed() < WAIT {
-            if let Some(s) = c.try_wait().unwrap() {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        panic!("node {id} did not exit within {WAIT:?}\n{}", self.outputs(&[id]));
+        reap(&mut c, WAIT)
+            .unwrap_or_else(|| panic!("node {id} did not exit within {WAIT:?}\n{}", self.outputs(&[id])))
     }
 
     /// Stops every running node; what each stop ended with ([`Cluster::stop`]).
@@ -233,8 +241,7 @@ impl Cluster {
     }
 
     pub async fn metrics(&self, id: u64) -> Option<NodeMetrics> {
-        let c = self.client(&[id]);
-        tokio::time::timeout(Duration::from_secs(2), c.metrics(&self.addr(id))).await.ok()?.ok()
+        metrics_at(&self.addr(id), Duration::from_secs(2)).await
     }
 
     /// A leader among `among` that a majority of `among` agrees on (bounded).
@@ -261,25 +268,97 @@ impl Cluster {
     /// Waits until every node in `ids` has applied the same index, at least `at_least`, with the
     /// same digest; returns (index, digest).
     pub async fn converged(&self, ids: &[u64], at_least: u64) -> (u64, String) {
-        let t = Instant::now();
-        let mut last = Vec::new();
-        while t.elapsed() < WAIT {
-            last.clear();
-            for id in ids {
-                last.push(self.metrics(*id).await);
-            }
-            if let Some(Some(first)) = last.first() {
-                let same = last.iter().all(|m| {
-                    m.as_ref()
-                        .is_some_and(|m| m.last_applied == first.last_applied && m.digest == first.digest)
-                });
-                if same && first.last_applied.is_some_and(|a| a >= at_least) {
-                    return (first.last_applied.unwrap_or(0), first.digest.clone());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let addrs: Vec<String> = ids.iter().map(|i| self.addr(*i)).collect();
+        match agreement(&addrs, at_least, WAIT).await {
+            Ok(m) => (m.last_applied.unwrap_or(0), m.digest),
+            Err(e) => panic!("nodes {ids:?}: {e}\n{}", self.outputs(ids)),
         }
-        panic!("nodes {ids:?} did not converge at or past {at_least}: {last:#?}\n{}", self.outputs(ids));
+    }
+}
+
+/// The metrics of the node at `addr`, or `None` when it does not answer within `within`.
+pub async fn metrics_at(addr: &str, within: Duration) -> Option<NodeMetrics> {
+    let mut c = Client::new(vec![addr.to_string()]);
+    c.call_timeout = within;
+    tokio::time::timeout(within, c.metrics(addr)).await.ok()?.ok()
+}
+
+/// Waits (up to `bound`) until the nodes at `addrs` have applied one index, at least
+/// `at_least`, with one digest there: the first node's metrics then. Nodes seen at one such
+/// index with different digests end the wait at once (at one applied index a digest never
+/// changes: they would never agree). The error says where each node was.
+pub async fn agreement(addrs: &[String], at_least: u64, bound: Duration) -> Result<NodeMetrics, String> {
+    let t = Instant::now();
+    let mut seen = Vec::new();
+    while t.elapsed() < bound {
+        seen.clear();
+        for a in addrs {
+            seen.push(metrics_at(a, Duration::from_secs(5)).await);
+        }
+        if let Some(Some(first)) = seen.first() {
+            let reached = first.last_applied.is_some_and(|a| a >= at_least);
+            let one_index =
+                seen.iter().all(|m| m.as_ref().is_some_and(|m| m.last_applied == first.last_applied));
+            if reached && one_index {
+                if seen.iter().all(|m| m.as_ref().is_some_and(|m| m.digest == first.digest)) {
+                    return Ok(first.clone());
+                }
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let views: Vec<String> = seen
+        .iter()
+        .map(|m| match m {
+            Some(m) => format!(
+                "node {}: {} term {} applied {:?} digest {} log to {:?}",
+                m.id, m.state, m.term, m.last_applied, m.digest, m.last_log_index
+            ),
+            None => "no answer".into(),
+        })
+        .collect();
+    Err(format!(
+        "no common applied index at or past {at_least} with one digest (bound {bound:?}): {views:#?}"
+    ))
+}
+
+impl Cluster {
+    /// Stops `leader` (SIGSTOP) at a moment when it has shipped entries it has not written, so
+    /// that a SIGKILL now loses them on it alone (docs/replication-safety.md: its log writer
+    /// group-commits, and entries queued behind the fdatasync in flight are already served to
+    /// followers from memory). Each try stops it, reads its log as written so far (offline,
+    /// read-only) and compares that with the last log index of `others`; when one of them is
+    /// ahead, the leader is left stopped: `Ok`. Otherwise it continues and is tried again a few
+    /// milliseconds later, `tries` times at most: `Err`, the leader running. Either says what
+    /// it saw. The aimed kill of `double_kill.rs` and of the campaign's leader kills.
+    pub async fn stop_with_unwritten_tail(
+        &self,
+        leader: u64,
+        others: &[u64],
+        tries: u64,
+    ) -> Result<String, String> {
+        let mut seen = String::new();
+        for attempt in 0..tries {
+            self.signal(leader, "STOP");
+            let mut shipped = None;
+            for id in others {
+                shipped = shipped.max(self.metrics(*id).await.and_then(|m| m.last_log_index));
+            }
+            let written =
+                wal_raft::check::log_ids(&self.data(leader)).map(|ids| ids.last().map_or(0, |l| l.index));
+            match (written, shipped) {
+                (Ok(w), Some(s)) if w < s => {
+                    return Ok(format!(
+                        "its log ends at {w}, another's at {s}: entries it shipped are unwritten"
+                    ));
+                }
+                (w, s) => seen = format!("its log ends at {w:?}, the others' at {s:?}"),
+            }
+            self.signal(leader, "CONT");
+            tokio::time::sleep(Duration::from_millis(1 + attempt % 7)).await;
+        }
+        Err(format!("{seen}: no unwritten shipped tail in {tries} tries"))
     }
 }
 
@@ -300,10 +379,26 @@ impl Cluster {
         }
     }
 
+    /// Every acknowledged create, (name, the index it was acknowledged at), is on every node
+    /// of `ids` as the entity the entry at that index made (a create's entity id is its index):
+    /// `Err` names the first that is not, where, and what is there instead.
+    pub async fn creates_everywhere(&self, ids: &[u64], acked: &[(String, u64)]) -> Result<(), String> {
+        for id in ids {
+            let cl = self.client(&[*id]);
+            for (name, index) in acked {
+                let e =
+                    cl.lookup(&self.addr(*id), None, name).await.map_err(|e| format!("node {id}: {e}"))?;
+                if e.as_ref().map(|e| e.id) != Some(*index) {
+                    return Err(format!("node {id}: {name}, acknowledged at index {index}, is {e:?} there"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The claim interval the nodes run with (`--checkpoint-every`).
     pub fn claim_every(&self) -> u64 {
-        let at = self.extra.iter().position(|e| e == "--checkpoint-every");
-        at.and_then(|i| self.extra.get(i + 1)).map_or(8, |v| v.parse().unwrap())
+        self.flag("--checkpoint-every").and_then(|v| v.parse().ok()).expect("--checkpoint-every N")
     }
 
     /// Every node in `ids` (all running) compares digests and none is fenced: after twice the
