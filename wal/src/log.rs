@@ -126,12 +126,9 @@ pub enum SegmentFill {
     /// Zeros written (the default for a log whose acknowledgements wait for syncs), but a
     /// reservation for the next segment when, while the segment just sealed took its bytes,
     /// at most one sync per [`RESERVE_BYTES_PER_SYNC`] bytes had an acknowledgement waiting
-    /// for it: a bulk writer then writes its bytes once, not twice. Waited-for syncs decide
-    /// because a reserved segment's journal commit lengthens every sync, which a bulk load can
-    /// afford and small durable appends cannot. Durable appends of about 1 MiB per sync sit at
-    /// the threshold and are reserved: in this disk's slow regime that doubled their p50, in
-    /// its fast one it raised their throughput by a third and cut their p99 (no zero-fill to
-    /// wait for at a rotation); see the README.
+    /// for it: a writer that moves bytes rather than syncs then writes them once, not twice.
+    /// Waited-for syncs decide because a reserved segment's journal commit lengthens every
+    /// sync, which a writer of large batches can afford and small durable appends cannot.
     #[default]
     Adaptive,
     /// Always written: every fdatasync overwrites blocks that are allocated and initialized,
@@ -143,9 +140,13 @@ pub enum SegmentFill {
 }
 
 /// [`SegmentFill::Adaptive`]'s threshold. Writing a segment's zeros costs its length in disk
-/// bandwidth once; reserving it costs a journal commit (about 0.1 ms here in the fast regime,
-/// `limits.md` S5, a device flush in the slow one) at each sync.
-pub const RESERVE_BYTES_PER_SYNC: u64 = 1 << 20;
+/// bandwidth once (64 MiB: about 55 ms of this machine's device at 1.2 GB/s, in the background
+/// but competing with the appends); reserving it costs a journal commit at each sync (about
+/// 0.13 ms here). They break even near 400 syncs per 64 MiB, 160 KiB per sync. Measured with
+/// nothing purged (docs/performance-journal.md, 2026-12-05): 64 x 4 KiB per sync (256 KiB) runs
+/// at 0.87x okaywal reserved against 0.46x with zeros; 64 writers of 256 B (16 KiB per sync)
+/// run 1.2x faster with zeros.
+pub const RESERVE_BYTES_PER_SYNC: u64 = 128 << 10;
 
 impl Default for Options {
     fn default() -> Self {

@@ -77,8 +77,15 @@ fn a_sync_heavy_segment_keeps_written_zeros_and_a_bulk_one_makes_the_next_reserv
     let dir = tempfile::tempdir().unwrap();
     let (mut log, st) = open(dir.path(), SegmentFill::Adaptive);
     let mut next = 0u64;
-    // A sync per 4 KiB entry: 64 syncs in a 256 KiB segment, far more than one per MiB.
+    // A sync per 4 KiB entry: 64 syncs in a 256 KiB segment, far more than one per 128 KiB.
     fill(&mut log, &st, &mut next, 2, true);
+    // Three more synced entries in the segment just activated, which phase B then finishes:
+    // more waited syncs than one per 128 KiB of it, so it still counts as sync-heavy.
+    for _ in 0..3 {
+        log.append(Epoch(0), &entry(next)).unwrap();
+        log.sync().unwrap();
+        next += 1;
+    }
     let phase_a = st.prepared().len();
     assert!(
         st.prepared().iter().all(|(_, reserved)| !reserved),
@@ -139,13 +146,15 @@ fn forced_fills_ignore_the_history() {
 }
 
 /// Through the I/O thread: entries only `Written` (syncs that bound them but that nobody waits
-/// for) make the next segments reserved; durable entries of any size keep written zeros, since
-/// a reserved segment's journal commit would lengthen every sync they wait for.
+/// for) make the next segments reserved, and so do durable entries of more than
+/// `RESERVE_BYTES_PER_SYNC` per waited sync (the zeros would cost more bandwidth than the journal
+/// commits); smaller durable entries keep written zeros, since a reserved segment's journal
+/// commit would lengthen every sync they wait for.
 #[test]
 fn the_io_thread_reserves_after_written_only_segments_and_not_after_durable_ones() {
     use wal::{AsyncOptions, AsyncWal, Durability};
     for (durability, entry, want_reserved) in
-        [(Durability::Written, 4096usize, true), (Durability::Durable, 64 << 10, false)]
+        [(Durability::Written, 4096usize, true), (Durability::Durable, 64 << 10, false), (Durability::Durable, 160 << 10, true)]
     {
         let dir = tempfile::tempdir().unwrap();
         let (log, st) = open(dir.path(), SegmentFill::Adaptive);
