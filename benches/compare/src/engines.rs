@@ -212,22 +212,29 @@ impl RaftEngine {
     /// (256 MiB), the least that lets `purge_expired_files` act within a run of seconds; that
     /// also sizes the recycle pool (`enable_log_recycle`, on by default with format version 2,
     /// keeps 1.5 x threshold / file size = 3 purged files for reuse).
-    fn config(dir: &Path, practice: Practice) -> raft_engine::Config {
+    /// `file` replaces the default file size (128 MiB) in the tests only.
+    fn config(dir: &Path, practice: Practice, file: Option<u64>) -> raft_engine::Config {
         let default = raft_engine::Config::default();
+        let target_file_size = file.map_or(default.target_file_size, raft_engine::ReadableSize);
         let purge_threshold = match practice {
             Practice::Default => default.purge_threshold,
-            Practice::Best => raft_engine::ReadableSize(2 * default.target_file_size.0),
+            Practice::Best => raft_engine::ReadableSize(2 * target_file_size.0),
         };
         raft_engine::Config {
             dir: dir.to_string_lossy().into_owned(),
             batch_compression_threshold: raft_engine::ReadableSize(0),
+            target_file_size,
             purge_threshold,
             ..default
         }
     }
 
     fn open(dir: &Path, practice: Practice) -> Res<RaftEngine> {
-        let engine = Arc::new(raft_engine::Engine::open(Self::config(dir, practice))?);
+        Self::open_sized(dir, practice, None)
+    }
+
+    fn open_sized(dir: &Path, practice: Practice, file: Option<u64>) -> Res<RaftEngine> {
+        let engine = Arc::new(raft_engine::Engine::open(Self::config(dir, practice, file))?);
         let purger = match practice {
             Practice::Default => None,
             Practice::Best => {
@@ -250,7 +257,7 @@ impl RaftEngine {
 
     fn replay(dir: &Path, len: usize) -> Res<Replayed> {
         let t = Instant::now();
-        let engine = raft_engine::Engine::open(Self::config(dir, Practice::Default))?;
+        let engine = raft_engine::Engine::open(Self::config(dir, Practice::Default, None))?;
         let open_s = t.elapsed().as_secs_f64();
         let mut out = Replayed { open_s, ..Replayed::default() };
         let mut buf = Vec::new();
@@ -613,4 +620,73 @@ pub fn pct(sorted: &[u64], p: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i] as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory under the system's temporary directory, removed on drop.
+    struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let d = std::env::temp_dir().join(format!("wal-compare-test-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            TempDir(d)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Writes `mib` MiB to region 1 in 64 x 4 KiB batches, the last one synced.
+    fn write_mib(e: &RaftEngine, mib: u64) -> Res<()> {
+        let entry = vec![7u8; 4096];
+        let mut seq = 0u64;
+        for call in 0..mib * 4 {
+            let mut batch: Vec<Vec<u8>> = Vec::with_capacity(64);
+            for _ in 0..64 {
+                seq += 1;
+                let mut b = entry.clone();
+                b[..8].copy_from_slice(&seq.to_le_bytes());
+                batch.push(b);
+            }
+            let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+            e.append(0, &refs, call + 1 == mib * 4)?;
+        }
+        Ok(())
+    }
+
+    /// Under the best practice the compact-and-purge thread keeps raft-engine's log at about its
+    /// purge threshold; by default nothing is ever purged. With 1 MiB files (threshold 2 MiB),
+    /// 16 MiB written leaves 16 files or more by default and, within a generous bound, at most
+    /// 3 with the best practice.
+    #[test]
+    fn raft_engine_best_practice_purges_and_default_does_not() -> Res<()> {
+        const FILE: u64 = 1 << 20;
+        let default_dir = TempDir::new("raft-default");
+        let e = RaftEngine::open_sized(&default_dir.0, Practice::Default, Some(FILE))?;
+        write_mib(&e, 16)?;
+        std::thread::sleep(RaftEngine::PURGE_EVERY * 3);
+        let used = e.engine.get_used_size() as u64;
+        assert!(used >= 16 * FILE, "default practice: {used} bytes of log files after 16 MiB written");
+        Box::new(e).close()?;
+
+        let best_dir = TempDir::new("raft-best");
+        let e = RaftEngine::open_sized(&best_dir.0, Practice::Best, Some(FILE))?;
+        write_mib(&e, 16)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut used = e.engine.get_used_size() as u64;
+        while used > 3 * FILE && Instant::now() < deadline {
+            std::thread::sleep(RaftEngine::PURGE_EVERY);
+            used = e.engine.get_used_size() as u64;
+        }
+        assert!(used <= 3 * FILE, "best practice: still {used} bytes of log files after 30 s");
+        Box::new(e).close()?;
+        Ok(())
+    }
 }
