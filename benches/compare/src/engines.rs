@@ -1,7 +1,9 @@
-//! One adapter per engine behind a small trait, plus each engine's replay.
+//! One adapter per engine behind a small trait, plus each engine's replay (this engine's adapter
+//! is `wal_engine.rs`).
 //!
 //! Every adapter is written against the engine's public API as a user would call it; the
-//! durability caveats (what "durable" costs in each) are in `README.md`.
+//! durability caveats (what "durable" costs in each) and what each engine does under each
+//! [`Practice`] are in `README.md`.
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -10,21 +12,54 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::wal_engine::WalEngine;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 pub const ENGINES: [&str; 4] = ["wal", "raft-engine", "okaywal", "raw"];
 
+/// How each engine is run: what a user gets by default, or the engine's documented steady
+/// state (its purge or checkpoint policy running).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Practice {
+    /// Default options, no maintenance thread: `wal` and raft-engine are never purged (their
+    /// logs grow); okaywal checkpoints by itself (a `LogManager` is mandatory; ours is a no-op).
+    #[default]
+    Default,
+    /// `wal` purges every sealed segment every 100 ms (sealed segments are recycled);
+    /// raft-engine compacts every region to its last entry and calls `purge_expired_files`
+    /// every 100 ms, with a purge threshold of two files (purged files are recycled); okaywal as
+    /// by default (it checkpoints and recycles by design); the raw loop as always.
+    Best,
+}
+
+impl Practice {
+    pub const ALL: [Practice; 2] = [Practice::Default, Practice::Best];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            Practice::Default => "default",
+            Practice::Best => "best",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Practice> {
+        Practice::ALL.into_iter().find(|p| p.id() == s)
+    }
+}
+
 /// How a log is opened for a write workload.
 #[derive(Clone, Copy, Debug)]
 pub enum Mode {
-    /// Synced workloads: each engine in its steady state (okaywal recycles segments, the raw
-    /// loop wraps around a preallocated file of `raw_bytes`).
-    Synced { raw_bytes: u64 },
-    /// The bulk load that the replays read back: nothing may be dropped, so okaywal never
-    /// checkpoints and the raw file holds `bytes` of records without wrapping.
-    Bulk { bytes: u64 },
+    /// Synced workloads, under `practice`; the raw loop wraps around a preallocated file of
+    /// `raw_bytes`.
+    Synced { raw_bytes: u64, practice: Practice },
+    /// The log kept whole (the bulk load that the replays read back, and `retained`): nothing
+    /// is purged whatever the practice, okaywal never checkpoints and the raw file holds `bytes`
+    /// of records without wrapping.
+    Kept { bytes: u64 },
 }
 
 /// A log open for writing, shared by the writer threads.
@@ -54,15 +89,55 @@ pub trait Engine: Sync {
 pub fn open(engine: &str, dir: &Path, mode: Mode) -> Res<Box<dyn Engine>> {
     std::fs::create_dir_all(dir)?;
     Ok(match engine {
-        "wal" => Box::new(WalEngine::open(dir, matches!(mode, Mode::Synced { .. }))?),
-        "raft-engine" => Box::new(RaftEngine::open(dir)?),
+        "wal" => Box::new(WalEngine::open(dir, practice_of(mode))?),
+        "raft-engine" => Box::new(RaftEngine::open(dir, practice_of(mode))?),
         "okaywal" => Box::new(OkayWal::open(dir, mode)?),
         "raw" => Box::new(match mode {
-            Mode::Synced { raw_bytes } => Raw::open(dir, raw_bytes, true)?,
-            Mode::Bulk { bytes } => Raw::open(dir, bytes, false)?,
+            Mode::Synced { raw_bytes, .. } => Raw::open(dir, raw_bytes, true)?,
+            Mode::Kept { bytes } => Raw::open(dir, bytes, false)?,
         }),
         other => return Err(format!("unknown engine {other}").into()),
     })
+}
+
+/// The practice an engine is opened with: a kept log is never purged, which is what
+/// [`Practice::Default`] does for every engine that purges on request.
+fn practice_of(mode: Mode) -> Practice {
+    match mode {
+        Mode::Synced { practice, .. } => practice,
+        Mode::Kept { .. } => Practice::Default,
+    }
+}
+
+/// A maintenance thread: runs `work` every `period` until [`Every::stop`] or until `work`
+/// returns false (an error: the engine's own calls report it).
+pub struct Every {
+    stop: std::sync::mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl Every {
+    pub fn spawn(
+        name: &str,
+        period: Duration,
+        mut work: impl FnMut() -> bool + Send + 'static,
+    ) -> Res<Every> {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::Builder::new().name(name.into()).spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                if !work() {
+                    return;
+                }
+            }
+        })?;
+        Ok(Every { stop, handle })
+    }
+
+    pub fn stop(self) -> Res<()> {
+        drop(self.stop);
+        self.handle.join().map_err(|_| "a maintenance thread panicked")?;
+        Ok(())
+    }
 }
 
 /// What a replay found.
@@ -75,7 +150,7 @@ pub struct Replayed {
 }
 
 /// Checks that entry `seq` of the bulk load came back as written (stream 0, in order).
-fn check(seq_expected: u64, payload: &[u8], len: usize) -> Res<()> {
+pub fn check(seq_expected: u64, payload: &[u8], len: usize) -> Res<()> {
     let seq = payload.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
     if seq != Some(seq_expected) || payload.len() != len {
         return Err(format!(
@@ -104,139 +179,6 @@ pub fn replay(engine: &str, dir: &Path, n: u64, len: usize) -> Res<Replayed> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// wal (this engine): the I/O thread, each caller waiting for its own ticket.
-
-pub struct WalEngine {
-    log: Arc<wal::AsyncWal>,
-    /// The purger thread of the synced workloads; dropping the sender stops it.
-    purger: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
-}
-
-impl WalEngine {
-    /// A new log has writer epoch 0.
-    const EPOCH: wal::Epoch = wal::Epoch(0);
-
-    /// How often the synced workloads' log purges what its sealed segments hold.
-    const PURGE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
-    /// Opens a log; with `purge_behind` (the synced workloads, in their steady state like the
-    /// peers': okaywal checkpoints and recycles, the raw loop wraps) a thread purges every sealed
-    /// segment every [`Self::PURGE_EVERY`], as a controller that snapshots continuously would,
-    /// so that the log recycles their files (`WAL_PURGE=0` turns it off, to compare).
-    pub fn open(dir: &Path, purge_behind: bool) -> Res<WalEngine> {
-        std::fs::create_dir_all(dir)?;
-        let mut opts = wal::Options {
-            segment_len_bytes: 64 << 20,
-            segment_fill: segment_fill()?,
-            ..wal::Options::default()
-        };
-        if let Ok(n) = std::env::var("WAL_RECYCLE") {
-            opts.recycle_segments = n.parse().map_err(|_| format!("WAL_RECYCLE={n}: a count"))?;
-        }
-        let (log, _report) = wal::Wal::open(dir, opts)?;
-        let log = Arc::new(wal::AsyncWal::start(log, wal::AsyncOptions::default())?);
-        let purge_behind = purge_behind && std::env::var("WAL_PURGE").as_deref() != Ok("0");
-        let purger = if purge_behind {
-            let (stop, stopped) = std::sync::mpsc::channel::<()>();
-            let l = log.clone();
-            let h = std::thread::Builder::new().name("compare-purge".into()).spawn(move || {
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(Self::PURGE_EVERY)
-                {
-                    // Only sealed segments go (the one taking appends never does).
-                    if l.purge_before(l.next_lsn()).is_err() {
-                        return;
-                    }
-                }
-            })?;
-            Some((stop, h))
-        } else {
-            None
-        };
-        Ok(WalEngine { log, purger })
-    }
-
-    /// Enqueues one entry and returns its ticket without waiting (the pipelined workloads).
-    pub fn submit(&self, entry: Vec<u8>) -> Res<wal::Ticket> {
-        Ok(self.log.append(Self::EPOCH, entry, wal::Durability::Durable)?)
-    }
-
-    fn replay(dir: &Path, len: usize) -> Res<Replayed> {
-        let t = Instant::now();
-        let opts = wal::Options { create: false, ..wal::Options::default() };
-        let (log, _report) = wal::Wal::open(dir, opts)?;
-        let open_s = t.elapsed().as_secs_f64();
-        let mut out = Replayed { open_s, ..Replayed::default() };
-        let mut r = log.replay()?;
-        while let Some(item) = r.next() {
-            let item = item?;
-            if item.kind == wal::ItemKind::Entry {
-                out.entries += 1;
-                check(out.entries, item.payload, len)?;
-                out.bytes += item.payload.len() as u64;
-            }
-        }
-        drop(r);
-        drop(log);
-        Ok(out)
-    }
-}
-
-impl Engine for WalEngine {
-    /// A durable append waits at once, so it goes through `append_wait` (the caller's thread
-    /// runs the round when the I/O thread is idle, as the peers' blocking writers do).
-    fn append(&self, _stream: u32, entries: &[&[u8]], durable: bool) -> Res<()> {
-        let payload = match entries {
-            [one] => wal::Payload::One(one.to_vec()),
-            many => wal::Payload::Group(many.iter().map(|e| e.to_vec()).collect()),
-        };
-        if durable {
-            self.log.append_wait(Self::EPOCH, payload)?.wait()?;
-        } else {
-            self.log.append_with(Self::EPOCH, payload, wal::Durability::Written, None)?;
-        }
-        Ok(())
-    }
-
-    /// Hands each entry's buffer to the log (its API takes ownership: no copy).
-    fn bulk(&self, n: u64, next: &mut dyn FnMut(u64, &mut Vec<u8>), lat: &mut Vec<u64>) -> Res<()> {
-        for seq in 1..=n {
-            let mut e = Vec::new();
-            next(seq, &mut e);
-            let d = if seq == n { wal::Durability::Durable } else { wal::Durability::Written };
-            let t = Instant::now();
-            let ticket = self.log.append(Self::EPOCH, e, d)?;
-            if seq == n {
-                ticket.wait()?;
-            }
-            lat.push(t.elapsed().as_nanos() as u64);
-        }
-        Ok(())
-    }
-
-    fn close(self: Box<Self>) -> Res<()> {
-        let WalEngine { log, purger } = *self;
-        if let Some((stop, h)) = purger {
-            drop(stop);
-            h.join().map_err(|_| "the purger thread panicked")?;
-        }
-        let log = Arc::try_unwrap(log).map_err(|_| "the log is still shared")?;
-        Ok(log.close()?)
-    }
-}
-
-/// `WAL_SEGMENT_FILL=zeros|reserved|adaptive` (default: the engine's default, adaptive): how
-/// this engine's segments get their zeros, to measure what the adaptive choice costs or saves.
-fn segment_fill() -> Res<wal::SegmentFill> {
-    Ok(match std::env::var("WAL_SEGMENT_FILL").as_deref() {
-        Err(_) | Ok("adaptive") => wal::SegmentFill::Adaptive,
-        Ok("zeros") => wal::SegmentFill::Zeros,
-        Ok("reserved") => wal::SegmentFill::Reserved,
-        Ok(other) => return Err(format!("WAL_SEGMENT_FILL={other}: zeros, reserved or adaptive").into()),
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
 // raft-engine 0.4.2: entries are protobuf messages with a gap-free index per region.
 
 struct Msgs;
@@ -256,26 +198,66 @@ thread_local! {
 }
 
 pub struct RaftEngine {
-    engine: raft_engine::Engine,
+    engine: Arc<raft_engine::Engine>,
+    /// The compact-and-purge thread of [`Practice::Best`].
+    purger: Option<Every>,
 }
 
 impl RaftEngine {
-    fn config(dir: &Path) -> raft_engine::Config {
+    /// How often [`Practice::Best`] compacts and purges (as often as this engine's purge).
+    const PURGE_EVERY: Duration = Duration::from_millis(100);
+
+    /// Default configuration but for compression, which is off: every engine writes the bytes
+    /// it is given. [`Practice::Best`] lowers `purge_threshold` from 10 GB to two files
+    /// (256 MiB), the least that lets `purge_expired_files` act within a run of seconds; that
+    /// also sizes the recycle pool (`enable_log_recycle`, on by default with format version 2,
+    /// keeps 1.5 x threshold / file size = 3 purged files for reuse).
+    /// `file` replaces the default file size (128 MiB) in the tests only.
+    fn config(dir: &Path, practice: Practice, file: Option<u64>) -> raft_engine::Config {
+        let default = raft_engine::Config::default();
+        let target_file_size = file.map_or(default.target_file_size, raft_engine::ReadableSize);
+        let purge_threshold = match practice {
+            Practice::Default => default.purge_threshold,
+            Practice::Best => raft_engine::ReadableSize(2 * target_file_size.0),
+        };
         raft_engine::Config {
             dir: dir.to_string_lossy().into_owned(),
-            // Every engine writes the bytes it is given: no compression.
             batch_compression_threshold: raft_engine::ReadableSize(0),
-            ..raft_engine::Config::default()
+            target_file_size,
+            purge_threshold,
+            ..default
         }
     }
 
-    fn open(dir: &Path) -> Res<RaftEngine> {
-        Ok(RaftEngine { engine: raft_engine::Engine::open(Self::config(dir))? })
+    fn open(dir: &Path, practice: Practice) -> Res<RaftEngine> {
+        Self::open_sized(dir, practice, None)
+    }
+
+    fn open_sized(dir: &Path, practice: Practice, file: Option<u64>) -> Res<RaftEngine> {
+        let engine = Arc::new(raft_engine::Engine::open(Self::config(dir, practice, file))?);
+        let purger = match practice {
+            Practice::Default => None,
+            Practice::Best => {
+                let e = engine.clone();
+                // A Raft store compacts a region's log up to what its snapshot covers, then asks
+                // the engine to drop (and recycle) the files nothing refers to any more. Every
+                // entry here is as good as applied: each region keeps its last one.
+                Some(Every::spawn("compare-raft-purge", Self::PURGE_EVERY, move || {
+                    for region in e.raft_groups() {
+                        if let Some(last) = e.last_index(region) {
+                            e.compact_to(region, last);
+                        }
+                    }
+                    e.purge_expired_files().is_ok()
+                })?)
+            }
+        };
+        Ok(RaftEngine { engine, purger })
     }
 
     fn replay(dir: &Path, len: usize) -> Res<Replayed> {
         let t = Instant::now();
-        let engine = raft_engine::Engine::open(Self::config(dir))?;
+        let engine = raft_engine::Engine::open(Self::config(dir, Practice::Default, None))?;
         let open_s = t.elapsed().as_secs_f64();
         let mut out = Replayed { open_s, ..Replayed::default() };
         let mut buf = Vec::new();
@@ -318,7 +300,11 @@ impl Engine for RaftEngine {
     }
 
     fn close(self: Box<Self>) -> Res<()> {
-        drop(self.engine);
+        let RaftEngine { engine, purger } = *self;
+        if let Some(p) = purger {
+            p.stop()?;
+        }
+        drop(engine);
         Ok(())
     }
 }
@@ -336,8 +322,9 @@ struct Tally {
     error: Option<String>,
 }
 
-/// The log manager: checkpoints are instant (no state to apply) in the synced workloads; a
-/// replay refuses them so that the recovered segments stay for the next replay.
+/// The log manager (okaywal requires one, under either practice): checkpoints are instant (no
+/// state to apply) in the synced workloads; a replay refuses them so that the recovered
+/// segments stay for the next replay.
 #[derive(Debug)]
 struct Manager {
     replay: Option<(Arc<Mutex<Tally>>, usize)>,
@@ -392,7 +379,7 @@ pub struct OkayWal {
 impl OkayWal {
     fn open(dir: &Path, mode: Mode) -> Res<OkayWal> {
         let mut cfg = okaywal::Configuration::default_for(dir);
-        if let Mode::Bulk { .. } = mode {
+        if let Mode::Kept { .. } = mode {
             cfg = cfg.checkpoint_after_bytes(u64::MAX);
         }
         Ok(OkayWal { wal: cfg.open(Manager { replay: None })? })
@@ -633,4 +620,73 @@ pub fn pct(sorted: &[u64], p: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i] as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory under the system's temporary directory, removed on drop.
+    struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let d = std::env::temp_dir().join(format!("wal-compare-test-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            TempDir(d)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Writes `mib` MiB to region 1 in 64 x 4 KiB batches, the last one synced.
+    fn write_mib(e: &RaftEngine, mib: u64) -> Res<()> {
+        let entry = vec![7u8; 4096];
+        let mut seq = 0u64;
+        for call in 0..mib * 4 {
+            let mut batch: Vec<Vec<u8>> = Vec::with_capacity(64);
+            for _ in 0..64 {
+                seq += 1;
+                let mut b = entry.clone();
+                b[..8].copy_from_slice(&seq.to_le_bytes());
+                batch.push(b);
+            }
+            let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+            e.append(0, &refs, call + 1 == mib * 4)?;
+        }
+        Ok(())
+    }
+
+    /// Under the best practice the compact-and-purge thread keeps raft-engine's log at about its
+    /// purge threshold; by default nothing is ever purged. With 1 MiB files (threshold 2 MiB),
+    /// 16 MiB written leaves 16 files or more by default and, within a generous bound, at most
+    /// 3 with the best practice.
+    #[test]
+    fn raft_engine_best_practice_purges_and_default_does_not() -> Res<()> {
+        const FILE: u64 = 1 << 20;
+        let default_dir = TempDir::new("raft-default");
+        let e = RaftEngine::open_sized(&default_dir.0, Practice::Default, Some(FILE))?;
+        write_mib(&e, 16)?;
+        std::thread::sleep(RaftEngine::PURGE_EVERY * 3);
+        let used = e.engine.get_used_size() as u64;
+        assert!(used >= 16 * FILE, "default practice: {used} bytes of log files after 16 MiB written");
+        Box::new(e).close()?;
+
+        let best_dir = TempDir::new("raft-best");
+        let e = RaftEngine::open_sized(&best_dir.0, Practice::Best, Some(FILE))?;
+        write_mib(&e, 16)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut used = e.engine.get_used_size() as u64;
+        while used > 3 * FILE && Instant::now() < deadline {
+            std::thread::sleep(RaftEngine::PURGE_EVERY);
+            used = e.engine.get_used_size() as u64;
+        }
+        assert!(used <= 3 * FILE, "best practice: still {used} bytes of log files after 30 s");
+        Box::new(e).close()?;
+        Ok(())
+    }
 }

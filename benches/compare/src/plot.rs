@@ -1,10 +1,11 @@
 //! Two SVG charts from the samples (`--plot DIR`), for the README: durable entries per second
 //! against the number of writers each waiting for its own entry, and the p50/p99 latency of
-//! those appends against the same load, one line per engine, medians over the kept rounds.
+//! those appends against the same load, one line per engine, medians over the kept rounds; one
+//! pair per practice (`-best` in the names of the best practice's).
 //! Hand-written SVG: a line chart with log axes is a page of code, not worth a plotting
 //! dependency in a crate whose point is to build the peers.
 
-use crate::engines::Res;
+use crate::engines::{Practice, Res};
 use crate::Sample;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -159,8 +160,31 @@ fn chart(title: &str, y_name: &str, lines: &[Line]) -> String {
     s
 }
 
-/// Writes `throughput-vs-writers.svg` and `latency-vs-writers.svg` into `dir`.
+/// Writes `throughput-vs-writers.svg` and `latency-vs-writers.svg` into `dir` from the samples of
+/// the default practice, and the same names ending in `-best` from the best practice's, for each
+/// practice that has samples at these loads.
 pub fn write(dir: &Path, samples: &[&Sample], engines: &[String]) -> Res<()> {
+    for practice in Practice::ALL {
+        let mine: Vec<&Sample> = samples.iter().copied().filter(|s| s.practice == practice).collect();
+        if !mine.iter().any(|s| LOAD.iter().any(|(w, _)| s.workload == *w)) {
+            continue;
+        }
+        let suffix = match practice {
+            Practice::Default => "",
+            Practice::Best => "-best",
+        };
+        write_one(dir, &mine, engines, suffix, practice)?;
+    }
+    Ok(())
+}
+
+fn write_one(
+    dir: &Path,
+    samples: &[&Sample],
+    engines: &[String],
+    suffix: &str,
+    practice: Practice,
+) -> Res<()> {
     std::fs::create_dir_all(dir)?;
     let color = |e: &str| COLORS.iter().find(|(n, _)| *n == e).map_or("#000", |(_, c)| c);
     let mut tput = Vec::new();
@@ -183,13 +207,14 @@ pub fn write(dir: &Path, samples: &[&Sample], engines: &[String]) -> Res<()> {
             });
         }
     }
+    let title = |t: &str| format!("{t} ({} practice)", practice.id());
     std::fs::write(
-        dir.join("throughput-vs-writers.svg"),
-        chart("Durable appends per second", "entries/s", &tput),
+        dir.join(format!("throughput-vs-writers{suffix}.svg")),
+        chart(&title("Durable appends per second"), "entries/s", &tput),
     )?;
     std::fs::write(
-        dir.join("latency-vs-writers.svg"),
-        chart("Append latency, submit to durable", "µs", &lat),
+        dir.join(format!("latency-vs-writers{suffix}.svg")),
+        chart(&title("Append latency, submit to durable"), "µs", &lat),
     )?;
     Ok(())
 }
