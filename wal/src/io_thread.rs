@@ -6,6 +6,11 @@
 //!   under one lock, so a Rejected append never consumes an LSN and the queue order is the LSN
 //!   order. The queue is bounded in entries and bytes; a full queue waits or answers
 //!   [`Error::Busy`] at once, as the caller chose.
+//! - [`AsyncWal::append_untracked`] is the same step for an entry nobody will wait on: the
+//!   caller's slice is copied into a buffer from a pool the I/O thread refills, no ticket is
+//!   made and nothing is resolved for it, so a steady stream allocates nothing per entry. A
+//!   refusal is still an error at once; an untracked entry the log would have to give up later
+//!   (disk full) fences the log instead, since nobody could hear a Rejected.
 //! - The thread drains the queue, stages every entry and writes the batch; tickets asking for
 //!   [`Durability::Written`] get their first resolution here. When no sync is in flight and one
 //!   is due, it submits an fdatasync covering every batch written so far and goes on: appends
@@ -118,6 +123,8 @@ struct Submit {
     untaken_bytes: usize,
     /// The I/O thread sleeps until its sync completes: small appends need not wake it.
     quiet: bool,
+    /// Empty buffers for [`AsyncWal::append_untracked`] (see [`POOL_BUFFERS`]).
+    pool: Vec<Vec<u8>>,
 }
 
 struct Shared {
@@ -178,21 +185,31 @@ impl Payload {
     }
 }
 
-/// The I/O thread's side of a ticket. Dropped without a final resolution (a panic on the
-/// thread, a request left in a channel nobody reads) it resolves the ticket Indeterminate, so
-/// no waiter waits forever; after a resolution that is ignored.
-struct Slot(Arc<Inner>);
+/// The I/O thread's side of a ticket, or of none ([`AsyncWal::append_untracked`]). Dropped
+/// without a final resolution (a panic on the thread, a request left in a channel nobody reads)
+/// it resolves the ticket Indeterminate, so no waiter waits forever; after a resolution that
+/// is ignored.
+struct Slot(Option<Arc<Inner>>);
 
 impl Slot {
+    /// The ticket, when there is one somebody can still observe.
+    fn observed(&self) -> Option<&Arc<Inner>> {
+        self.0.as_ref().filter(|t| !t.unobserved())
+    }
+
+    fn untracked(&self) -> bool {
+        self.0.is_none()
+    }
+
     fn resolve_written(&self, lsn: Lsn) {
-        if !self.0.unobserved() {
-            self.0.resolve_written(lsn);
+        if let Some(t) = self.observed() {
+            t.resolve_written(lsn);
         }
     }
 
     fn resolve(&self, outcome: Result<Lsn, Failure>) {
-        if !self.0.unobserved() {
-            self.0.resolve(outcome);
+        if let Some(t) = self.observed() {
+            t.resolve(outcome);
         }
     }
 }
@@ -200,14 +217,19 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         // Checked first: the failure's text is an allocation per entry otherwise.
-        if self.0.unobserved() || self.0.has_last_word() {
+        let Some(t) = self.observed() else { return };
+        if t.has_last_word() {
             return;
         }
-        self.0.resolve(Err(Failure::Indeterminate(
-            "the I/O thread stopped before resolving this entry".into(),
-        )));
+        t.resolve(Err(Failure::Indeterminate("the I/O thread stopped before resolving this entry".into())));
     }
 }
+
+/// Buffers of untracked appends go back to a pool once staged, so a steady stream of them
+/// allocates nothing: at most this many are kept...
+const POOL_BUFFERS: usize = 1024;
+/// ...each at most this large (a rare large entry's buffer is not kept).
+const POOL_BUFFER_BYTES: usize = 64 << 10;
 
 enum Req {
     Append {
@@ -273,6 +295,7 @@ impl AsyncWal {
                 closing: false,
                 untaken_bytes: 0,
                 quiet: false,
+                pool: Vec::new(),
             }),
             space: Condvar::new(),
             bell: Arc::new(Bell::new()),
@@ -398,43 +421,98 @@ impl AsyncWal {
         if largest > max {
             return Err((Error::TooLarge { len: largest as u64, max: max as u64 }, Some(payload)));
         }
+        let st = match self.admit(self.shared.lock(), epoch, len, when_full) {
+            Ok(st) => st,
+            Err(e) => return Err((e, Some(payload))),
+        };
+        let lsn = st.next_lsn;
+        let ticket = Ticket::new(Lsn(lsn), notify);
+        let slot = Slot(Some(ticket.inner.clone()));
+        let req = Req::Append { lsn, epoch: epoch.0, payload, durability, slot };
+        self.send_locked(st, req, count, len, ring).map_err(|e| (e, None))?;
+        // Mutant (tools/mutants.sh, I5): the caller blocks until its entry is durable.
+        #[cfg(feature = "mutant-append-blocks-on-sync")]
+        let _ = ticket.wait_durable();
+        Ok(ticket)
+    }
+
+    /// Appends a copy of `payload` with no ticket: the cheapest append, for a caller that learns
+    /// the outcome another way (a later ticket's, which covers every earlier entry: a sync
+    /// makes durable everything written before it). Nothing is allocated per entry in a steady
+    /// stream (the copy goes into a pooled buffer) and the I/O thread resolves nothing for it.
+    /// Errors are refusals, as for [`AsyncWal::append`]: nothing was enqueued.
+    ///
+    /// Since nobody could hear it, such an entry is never given up quietly: where a ticketed
+    /// entry would be Rejected and the log stay usable (disk full), a log that has to give up
+    /// untracked entries fences instead, so every later append and ticket fails.
+    pub fn append_untracked(&self, epoch: Epoch, payload: &[u8], durability: Durability) -> Result<Lsn> {
+        let len = payload.len();
+        if len > self.shared.max_payload {
+            return Err(Error::TooLarge { len: len as u64, max: self.shared.max_payload as u64 });
+        }
+        let mut st = self.admit(self.shared.lock(), epoch, len, self.shared.opts.when_full)?;
+        let mut buf = st.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(payload);
+        let lsn = st.next_lsn;
+        let req =
+            Req::Append { lsn, epoch: epoch.0, payload: Payload::One(buf), durability, slot: Slot(None) };
+        self.send_locked(st, req, 1, len, true)?;
+        Ok(Lsn(lsn))
+    }
+
+    /// Checks an append of `len` payload bytes against the fence, the close, the writer epoch
+    /// and the queue's bounds (waiting for room, if chosen), all under the submit lock.
+    fn admit<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, Submit>,
+        epoch: Epoch,
+        len: usize,
+        when_full: WhenFull,
+    ) -> Result<MutexGuard<'a, Submit>> {
         let opts = &self.shared.opts;
-        let mut st = self.shared.lock();
         loop {
             if let Some(cause) = &st.fenced {
-                return Err((Error::Poisoned { cause: cause.clone() }, Some(payload)));
+                return Err(Error::Poisoned { cause: cause.clone() });
             }
             if st.closing {
-                return Err((Error::ReadOnly, Some(payload)));
+                return Err(Error::ReadOnly);
             }
             // Mutant (tools/mutants.sh, I7): an append from a stale writer is accepted.
             if epoch.0 < st.epoch && !cfg!(feature = "mutant-stale-epoch-accepted") {
-                return Err((Error::StaleEpoch { current: st.epoch, given: epoch.0 }, Some(payload)));
+                return Err(Error::StaleEpoch { current: st.epoch, given: epoch.0 });
             }
             if epoch.0 > st.epoch {
-                return Err((Error::EpochNotAdvanced { current: st.epoch, given: epoch.0 }, Some(payload)));
+                return Err(Error::EpochNotAdvanced { current: st.epoch, given: epoch.0 });
             }
             let fits = st.queued_entries < opts.queue_entries
                 && (st.queued_entries == 0 || st.queued_bytes + len <= opts.queue_bytes);
             if fits {
-                break;
+                return Ok(st);
             }
             if when_full == WhenFull::Busy {
-                return Err((Error::Busy, Some(payload)));
+                return Err(Error::Busy);
             }
             st = self.shared.space.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        let lsn = st.next_lsn;
-        let ticket = Ticket::new(Lsn(lsn), notify);
-        let slot = Slot(ticket.inner.clone());
-        let req = Req::Append { lsn, epoch: epoch.0, payload, durability, slot };
-        // Sent under the lock: the queue order is the LSN order.
+    }
+
+    /// Sends an admitted append (its LSN is `st.next_lsn`) and counts it, under the submit
+    /// lock: the queue order is the LSN order.
+    fn send_locked(
+        &self,
+        mut st: MutexGuard<'_, Submit>,
+        req: Req,
+        count: usize,
+        len: usize,
+        ring: bool,
+    ) -> Result<()> {
         if let Err(e) = self.tx.send(req) {
-            // Never queued: the slot in the returned request must not resolve this ticket.
+            // Never queued: the slot in the returned request must not resolve its ticket.
             if let Req::Append { slot, .. } = e.0 {
                 std::mem::forget(slot);
             }
-            return Err((Error::Poisoned { cause: "the I/O thread has stopped".into() }, None));
+            return Err(Error::Poisoned { cause: "the I/O thread has stopped".into() });
         }
         st.next_lsn += count as u64;
         st.queued_entries += count;
@@ -443,14 +521,10 @@ impl AsyncWal {
         // Rung under the lock, as the channel's own wake-up was before the bell: a woken I/O
         // thread that preempts this one meets the lock (it checks the fence under it) and lets
         // the submitter finish first, so back-to-back appends still share a batch.
-        if ring && (!st.quiet || st.untaken_bytes >= opts.overlap_write_bytes) {
+        if ring && (!st.quiet || st.untaken_bytes >= self.shared.opts.overlap_write_bytes) {
             self.shared.bell.ring();
         }
-        drop(st);
-        // Mutant (tools/mutants.sh, I5): the caller blocks until its entry is durable.
-        #[cfg(feature = "mutant-append-blocks-on-sync")]
-        let _ = ticket.wait_durable();
-        Ok(ticket)
+        Ok(())
     }
 
     /// Records a checkpoint for `lsn` (an LSN already handed out) with the next batch. It is
@@ -575,6 +649,8 @@ struct Io {
     closing: bool,
     /// A caller of `append_wait` runs this round (counted in the stats).
     driving: bool,
+    /// Staged payload buffers on their way back to the submit pool.
+    spent: Vec<Vec<u8>>,
 }
 
 /// The engine lock: the I/O thread's state, `None` once the thread has finished with it.
@@ -628,6 +704,7 @@ impl Io {
             flights: VecDeque::new(),
             closing: false,
             driving: false,
+            spent: Vec::new(),
         }
     }
 
@@ -697,7 +774,11 @@ impl Io {
         if bytes > 0 {
             let mut st = self.shared.lock();
             st.untaken_bytes = st.untaken_bytes.saturating_sub(bytes);
+            let room = POOL_BUFFERS.saturating_sub(st.pool.len());
+            let back = self.spent.len().min(room);
+            st.pool.extend(self.spent.drain(..back));
         }
+        self.spent.clear();
         took
     }
 
@@ -738,6 +819,11 @@ impl Io {
                         self.wal.append_batch(Epoch(epoch), &refs)
                     }
                 };
+                if let Payload::One(buf) = payload {
+                    if buf.capacity() <= POOL_BUFFER_BYTES {
+                        self.spent.push(buf);
+                    }
+                }
                 let p = Pending { lsn, entries, bytes, durability, slot };
                 match appended {
                     Ok(got) if got.0 == lsn => {
@@ -1066,9 +1152,17 @@ impl Io {
         self.shared.space.notify_all();
         // Resolved after the reset: a caller woken by its ticket finds the queue and the next
         // LSN as they now are.
-        let why = format!("withdrawn after: {why}");
+        let untracked = rejected.iter().filter(|s| s.untracked()).count();
+        let reason = format!("withdrawn after: {why}");
         for s in rejected {
-            s.0.resolve(Err(Failure::Rejected(why.clone())));
+            s.resolve(Err(Failure::Rejected(reason.clone())));
+        }
+        if untracked > 0 {
+            // Nobody could hear that these were given up: the loss must not be quiet.
+            self.fence(format!(
+                "{untracked} entries appended without a ticket were never written ({why}); the log \
+                 is fenced so that their loss cannot go unnoticed"
+            ));
         }
     }
 

@@ -153,9 +153,11 @@ fn forced_fills_ignore_the_history() {
 #[test]
 fn the_io_thread_reserves_after_written_only_segments_and_not_after_durable_ones() {
     use wal::{AsyncOptions, AsyncWal, Durability};
-    for (durability, entry, want_reserved) in
-        [(Durability::Written, 4096usize, true), (Durability::Durable, 64 << 10, false), (Durability::Durable, 160 << 10, true)]
-    {
+    for (durability, entry, want_reserved) in [
+        (Durability::Written, 4096usize, true),
+        (Durability::Durable, 64 << 10, false),
+        (Durability::Durable, 160 << 10, true),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let (log, st) = open(dir.path(), SegmentFill::Adaptive);
         let log = AsyncWal::start(log, AsyncOptions::default()).unwrap();
