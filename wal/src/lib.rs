@@ -34,6 +34,7 @@
         feature = "mutant-replay-ignores-dedupe",
         feature = "mutant-ack-before-sync",
         feature = "mutant-ack-before-write",
+        feature = "mutant-no-dir-sync",
         feature = "mutant-attested-damage-as-torn",
         feature = "mutant-append-blocks-on-sync",
         feature = "mutant-no-fence-on-sync-error",
