@@ -1,0 +1,200 @@
+//! `powerloss`: record a workload under the block-write recorder and check its crash images
+//! (`run`), or rebuild and check one image of a kept recording (`image`). The test suite
+//! (`powerloss/tests/powerloss.rs`) runs a seeded subset; this binary runs the long mode and
+//! reproduces a failure. Exit codes: 0 every image passed, 1 an image failed, 2 the suite could
+//! not run (not root, no FUSE, a tool missing), 64 bad arguments.
+
+use clap::{Parser, Subcommand};
+use powerloss::campaign::{self, Plan, Setup};
+use powerloss::device::{self, Fs};
+use powerloss::image::{self, Cursor, ImageSpec};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "powerloss", about = "Power-loss images of a real file system, checked")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Record workloads and check their images.
+    Run {
+        /// ext4 or xfs (repeatable; default ext4).
+        #[arg(long = "fs", value_parser = parse_fs)]
+        fs: Vec<Fs>,
+        /// sync, async, pipeline, raft (repeatable; default all four).
+        #[arg(long = "kind")]
+        kinds: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Check every flush point (the long mode) instead of a seeded sample.
+        #[arg(long)]
+        all: bool,
+        /// Flush-point images per workload when not --all.
+        #[arg(long, default_value_t = 12)]
+        flush_points: usize,
+        /// Between images (seeded subsets of unflushed writes, some torn) per workload.
+        #[arg(long, default_value_t = 8)]
+        between: usize,
+        /// Scratch directory (tmpfs is best).
+        #[arg(long, default_value = "/dev/shm/walpowerloss")]
+        scratch: PathBuf,
+        /// Where a failing recording is kept.
+        #[arg(long, default_value = "target/powerloss-failures")]
+        keep: PathBuf,
+    },
+    /// Rebuild one image of a kept recording, mount it and run the checker.
+    Image {
+        #[arg(long)]
+        recording: PathBuf,
+        #[arg(long)]
+        window: usize,
+        #[arg(long)]
+        subset: Option<u64>,
+        #[arg(long, default_value = "/dev/shm/walpowerloss-image")]
+        scratch: PathBuf,
+    },
+}
+
+fn parse_fs(s: &str) -> Result<Fs, String> {
+    Fs::parse(s).ok_or_else(|| format!("{s}: ext4 or xfs"))
+}
+
+fn workload_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = exe.with_file_name("powerloss-workload");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("{} is missing: cargo build -p wal-powerloss", bin.display()))
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 64 } else { 0 });
+        }
+    };
+    let workload = match workload_binary() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("powerloss: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.cmd {
+        Cmd::Run { fs, kinds, seed, all, flush_points, between, scratch, keep } => {
+            let fs = if fs.is_empty() { vec![Fs::Ext4] } else { fs };
+            let kinds = if kinds.is_empty() {
+                ["sync", "async", "pipeline", "raft"].map(String::from).to_vec()
+            } else {
+                kinds
+            };
+            let plan = Plan { flush_points: (!all).then_some(flush_points), between, seed };
+            run(&fs, &kinds, seed, &plan, &workload, &scratch, &keep)
+        }
+        Cmd::Image { recording, window, subset, scratch } => {
+            image_one(&recording, ImageSpec { window, subset }, &workload, &scratch)
+        }
+    }
+}
+
+fn run(
+    fss: &[Fs],
+    kinds: &[String],
+    seed: u64,
+    plan: &Plan,
+    workload: &Path,
+    scratch: &Path,
+    keep: &Path,
+) -> ExitCode {
+    let mut failed = false;
+    for &fs in fss {
+        if let Some(why) = device::unavailable(fs) {
+            eprintln!("powerloss: cannot run on {fs}: {why}");
+            return ExitCode::from(2);
+        }
+        for kind in kinds {
+            let setup = Setup {
+                fs,
+                kind: kind.clone(),
+                seed,
+                workload: workload.to_path_buf(),
+                scratch: scratch.to_path_buf(),
+            };
+            match campaign::campaign(&setup, plan, keep) {
+                Ok((rec, s)) => {
+                    println!(
+                        "{fs} {kind} seed {seed}: {} flushes, {} acknowledgements; {} images ({} between), {} acknowledgements required, {} losses",
+                        rec.flushes(),
+                        rec.acks(),
+                        s.images,
+                        s.between,
+                        s.required,
+                        s.failures.len()
+                    );
+                    for (_, f) in &s.failures {
+                        println!("FAIL {f}");
+                    }
+                    failed |= !s.failures.is_empty();
+                }
+                Err(e) => {
+                    println!("FAIL {fs} {kind} seed {seed}: {e}");
+                    failed = true;
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn image_one(recording: &Path, spec: ImageSpec, workload: &Path, scratch: &Path) -> ExitCode {
+    let (fs, kind, seed, recorded) = match campaign::load(recording) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("powerloss: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let windows = image::windows(&recorded.rec).len();
+    if spec.window >= windows {
+        eprintln!("powerloss: the recording has windows 0..{windows}");
+        return ExitCode::from(64);
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    if let Err(e) = std::fs::create_dir_all(scratch) {
+        eprintln!("powerloss: {}: {e}", scratch.display());
+        return ExitCode::from(2);
+    }
+    let setup = Setup { fs, kind, seed, workload: workload.to_path_buf(), scratch: scratch.to_path_buf() };
+    let required = image::required(&recorded.rec, spec.window);
+    let result = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"))
+        .map_err(|e| e.to_string())
+        .and_then(|mut c| campaign::check_one(&setup, &mut c, spec, &required));
+    let _ = std::fs::remove_dir_all(scratch);
+    match result {
+        Ok(line) => {
+            println!(
+                "{fs} {} seed {seed} {spec}: {} acknowledgements required: {line}",
+                setup.kind,
+                required.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("FAIL {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! One campaign: record a workload on a fresh file system through the recorder, then build crash
+//! images from the recording, mount each (the journal replayed) and run the workload's checker.
+//!
+//! The workload runs as its own process (`powerloss-workload run KIND --handshake`): every
+//! acknowledgement it prints is logged as a mark before the workload may go on, so "acknowledged
+//! before the power went" is exact. On a failure the recording is kept (see [`save`]) and the
+//! message carries the command that rebuilds and checks that one image.
+
+use crate::device::{make_fs, sparse_copy, Fs, Loop, Mount};
+use crate::image::{self, Cursor, ImageSpec};
+use crate::recorder::{Event, Recorder, Recording};
+use std::fmt::Write as _;
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The size of the recorded disk: above the 512 MiB under which mkfs.ext4 picks its "small"
+/// profile (1 KiB blocks), so the file system is made as a real disk's would be; sparse, so it
+/// costs what is written.
+pub const DISK_BYTES: u64 = 640 << 20;
+
+/// How long a workload may run before it counts as hung.
+pub const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What to record.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub fs: Fs,
+    pub kind: String,
+    pub seed: u64,
+    /// The `powerloss-workload` binary.
+    pub workload: PathBuf,
+    /// A scratch directory on tmpfs, created and emptied by the campaign.
+    pub scratch: PathBuf,
+}
+
+/// Which images to check.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Flush-point images: `None` for every window, `Some(n)` for n seeded windows (the last
+    /// window always among them).
+    pub flush_points: Option<usize>,
+    /// Between images, in seeded windows.
+    pub between: usize,
+    pub seed: u64,
+}
+
+/// A finished recording and the disk it started from.
+#[derive(Debug)]
+pub struct Recorded {
+    pub base: PathBuf,
+    pub rec: Recording,
+}
+
+impl Recorded {
+    pub fn acks(&self) -> usize {
+        self.rec.events.iter().filter(|e| matches!(e, Event::Mark(_))).count()
+    }
+    pub fn flushes(&self) -> usize {
+        self.rec.flushes().len()
+    }
+}
+
+/// What the checked images showed.
+#[derive(Debug, Default, Clone)]
+pub struct Summary {
+    pub images: usize,
+    pub between: usize,
+    /// Acknowledgements the images had to honour, summed over images.
+    pub required: usize,
+    pub failures: Vec<(ImageSpec, String)>,
+}
+
+/// Records `setup`'s workload on a fresh file system.
+pub fn record(setup: &Setup) -> Result<Recorded, String> {
+    let s = &setup.scratch;
+    let _ = std::fs::remove_dir_all(s);
+    std::fs::create_dir_all(s.join("fuse")).map_err(|e| format!("{}: {e}", s.display()))?;
+    let base = s.join("base.img");
+    let backing = s.join("backing.img");
+    make_fs(setup.fs, &base, DISK_BYTES).map_err(|e| format!("making {}: {e}", setup.fs))?;
+    sparse_copy(&base, &backing).map_err(|e| format!("copying the base image: {e}"))?;
+    let recorder =
+        Recorder::mount(&backing, &s.join("fuse")).map_err(|e| format!("mounting the FUSE recorder: {e}"))?;
+    let outcome = (|| {
+        let dev =
+            Loop::attach(&recorder.disk()).map_err(|e| format!("loop device over the recorder: {e}"))?;
+        let mnt = Mount::new(setup.fs, &dev.dev, &s.join("mnt")).map_err(|e| e.to_string())?;
+        let ran = run_workload(setup, &mnt.dir, &recorder);
+        let unmounted = mnt.unmount().map_err(|e| format!("unmounting the recorded file system: {e}"));
+        drop(dev);
+        ran.and(unmounted)
+    })();
+    let failure = recorder.failure();
+    let rec = recorder.finish();
+    outcome?;
+    if let Some(f) = failure {
+        return Err(format!("the recorder failed: {f}"));
+    }
+    let _ = std::fs::remove_file(&backing);
+    Ok(Recorded { base, rec })
+}
+
+/// Runs the workload on the mounted file system, logging each acknowledgement as a mark and
+/// answering it (the handshake) only after.
+fn run_workload(setup: &Setup, mnt: &Path, recorder: &Recorder) -> Result<(), String> {
+    let mut child = Command::new(&setup.workload)
+        .args(["run", &setup.kind, "--dir"])
+        .arg(mnt.join("wl"))
+        .args(["--seed", &setup.seed.to_string(), "--handshake"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", setup.workload.display()))?;
+    let finished = Arc::new(AtomicBool::new(false));
+    let pid = child.id() as libc::pid_t;
+    let watchdog = {
+        let finished = finished.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !finished.load(Ordering::Acquire) {
+                if start.elapsed() > WORKLOAD_TIMEOUT {
+                    // SAFETY: kill(2) of our own child's pid, not yet reaped (we reap after
+                    // `finished` is set by the reader, which this thread outlives only then).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            false
+        })
+    };
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let mut done = false;
+    let mut err = None;
+    for line in stdout.lines() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                err = Some(format!("reading the workload: {e}"));
+                break;
+            }
+        };
+        if line.starts_with("ack") {
+            recorder.log().mark(&line);
+            if stdin.write_all(b"\n").and_then(|()| stdin.flush()).is_err() {
+                break;
+            }
+        } else if line == "done" {
+            done = true;
+        }
+    }
+    drop(stdin);
+    let stderr = child.stderr.take().map(|mut e| {
+        let mut s = String::new();
+        let _ = io::Read::read_to_string(&mut e, &mut s);
+        s
+    });
+    let status = child.wait().map_err(|e| e.to_string());
+    finished.store(true, Ordering::Release);
+    let timed_out = watchdog.join().unwrap_or(false);
+    let stderr = stderr.unwrap_or_default();
+    if timed_out {
+        return Err(format!("the workload ran over {WORKLOAD_TIMEOUT:?} and was killed: {stderr}"));
+    }
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let status = status?;
+    if !status.success() || !done {
+        return Err(format!("the workload {} failed ({status}): {}", setup.kind, stderr.trim()));
+    }
+    Ok(())
+}
+
+/// The images `plan` selects in a recording of `windows` windows, in window order.
+pub fn select(plan: &Plan, windows: usize) -> Vec<ImageSpec> {
+    let mut rng = fastrand::Rng::with_seed(plan.seed);
+    let mut specs: Vec<ImageSpec> = match plan.flush_points {
+        None => (0..windows).map(|window| ImageSpec { window, subset: None }).collect(),
+        Some(n) => {
+            let mut w: Vec<usize> = (0..windows).collect();
+            rng.shuffle(&mut w);
+            w.truncate(n.saturating_sub(1));
+            w.push(windows - 1);
+            w.sort_unstable();
+            w.dedup();
+            w.into_iter().map(|window| ImageSpec { window, subset: None }).collect()
+        }
+    };
+    for _ in 0..plan.between {
+        specs.push(ImageSpec { window: rng.usize(..windows), subset: Some(rng.u64(..)) });
+    }
+    specs.sort_unstable();
+    specs.dedup();
+    specs
+}
+
+/// Builds and checks each image of `specs`, in order.
+pub fn check_all(setup: &Setup, recorded: &Recorded, specs: &[ImageSpec]) -> Result<Summary, String> {
+    let s = &setup.scratch;
+    let mut cursor = Cursor::new(&recorded.rec, &recorded.base, &s.join("work.img"))
+        .map_err(|e| format!("working copy: {e}"))?;
+    let mut summary = Summary::default();
+    for &spec in specs {
+        let required = image::required(&recorded.rec, spec.window);
+        summary.images += 1;
+        summary.between += usize::from(spec.subset.is_some());
+        summary.required += required.len();
+        if let Err(why) = check_one(setup, &mut cursor, spec, &required) {
+            summary.failures.push((spec, why));
+        }
+    }
+    Ok(summary)
+}
+
+/// Builds one image, mounts it and runs the checker with the acknowledgements it must honour.
+pub fn check_one(
+    setup: &Setup,
+    cursor: &mut Cursor<'_>,
+    spec: ImageSpec,
+    required: &[String],
+) -> Result<String, String> {
+    let s = &setup.scratch;
+    let img = s.join("image.img");
+    let fail = |what: String| format!("{} {} seed {} {spec}: {what}", setup.fs, setup.kind, setup.seed);
+    cursor.build(spec, &img).map_err(|e| fail(format!("building the image: {e}")))?;
+    let acks = s.join("acks.txt");
+    std::fs::write(&acks, required.iter().map(|l| format!("{l}\n")).collect::<String>())
+        .map_err(|e| fail(e.to_string()))?;
+    let dev = Loop::attach(&img).map_err(|e| fail(e.to_string()))?;
+    let mnt = Mount::new(setup.fs, &dev.dev, &s.join("check"))
+        .map_err(|e| fail(format!("the image does not mount: {e}")))?;
+    let out = Command::new(&setup.workload)
+        .args(["check", &setup.kind, "--dir"])
+        .arg(mnt.dir.join("wl"))
+        .arg("--acks")
+        .arg(&acks)
+        .output()
+        .map_err(|e| fail(format!("running the checker: {e}")));
+    let unmounted = mnt.unmount();
+    drop(dev);
+    let _ = std::fs::remove_file(&img);
+    let out = out?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(fail(format!(
+            "{} acknowledgements required; checker exited {}:\n{}",
+            required.len(),
+            out.status,
+            text.trim()
+        )));
+    }
+    unmounted.map_err(|e| fail(format!("unmounting the checked image: {e}")))?;
+    Ok(text.trim().to_string())
+}
+
+/// Keeps a recording at `dir` (the base image sparse, the events as text, the written bytes) so
+/// that one image can be rebuilt and checked again with `powerloss image`.
+pub fn save(setup: &Setup, recorded: &Recorded, dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    sparse_copy(&recorded.base, &dir.join("base.img"))?;
+    std::fs::write(dir.join("data.bin"), &recorded.rec.data)?;
+    let mut ev = format!("fs {}\nkind {}\nseed {}\n", setup.fs, setup.kind, setup.seed);
+    for e in &recorded.rec.events {
+        let _ = match e {
+            Event::Write { offset, len, at } => writeln!(ev, "W {offset} {len} {at}"),
+            Event::Zero { offset, len } => writeln!(ev, "Z {offset} {len}"),
+            Event::Flush => writeln!(ev, "F"),
+            Event::Mark(m) => writeln!(ev, "M {m}"),
+        };
+    }
+    std::fs::write(dir.join("events.txt"), ev)
+}
+
+/// Reads back what [`save`] kept: the file system, kind, seed and the recording (its base image
+/// stays in `dir`).
+pub fn load(dir: &Path) -> Result<(Fs, String, u64, Recorded), String> {
+    let bad = |what: &str| format!("{}: {what}", dir.join("events.txt").display());
+    let text = std::fs::read_to_string(dir.join("events.txt")).map_err(|e| bad(&e.to_string()))?;
+    let data = std::fs::read(dir.join("data.bin"))
+        .map_err(|e| format!("{}: {e}", dir.join("data.bin").display()))?;
+    let mut lines = text.lines();
+    let mut header = |key: &str| {
+        lines
+            .next()
+            .and_then(|l| l.strip_prefix(key))
+            .and_then(|l| l.strip_prefix(' '))
+            .map(str::to_string)
+            .ok_or_else(|| bad(&format!("no `{key}` line")))
+    };
+    let fs = Fs::parse(&header("fs")?).ok_or_else(|| bad("unknown file system"))?;
+    let kind = header("kind")?;
+    let seed = header("seed")?.parse().map_err(|_| bad("bad seed"))?;
+    let mut events = Vec::new();
+    for (n, l) in lines.enumerate() {
+        let bad_line = || bad(&format!("event line {}: {l:?}", n + 4));
+        let mut f = l.splitn(2, ' ');
+        let tag = f.next().unwrap_or("");
+        let rest = f.next().unwrap_or("");
+        let nums = || {
+            rest.split(' ').map(|x| x.parse::<u64>().map_err(|_| bad_line())).collect::<Result<Vec<_>, _>>()
+        };
+        events.push(match tag {
+            "W" => match nums()?[..] {
+                [offset, len, at] if at + len <= data.len() as u64 => {
+                    Event::Write { offset, len: len as u32, at }
+                }
+                _ => return Err(bad_line()),
+            },
+            "Z" => match nums()?[..] {
+                [offset, len] => Event::Zero { offset, len },
+                _ => return Err(bad_line()),
+            },
+            "F" => Event::Flush,
+            "M" => Event::Mark(rest.to_string()),
+            _ => return Err(bad_line()),
+        });
+    }
+    Ok((fs, kind, seed, Recorded { base: dir.join("base.img"), rec: Recording { events, data } }))
+}
+
+/// Records, checks the images `plan` selects and, on any failure, keeps the recording under
+/// `keep` and names in each failure the command that rebuilds and checks that image.
+pub fn campaign(setup: &Setup, plan: &Plan, keep: &Path) -> Result<(Recorded, Summary), String> {
+    let recorded = record(setup)?;
+    let specs = select(plan, image::windows(&recorded.rec).len());
+    let mut summary = check_all(setup, &recorded, &specs)?;
+    if !summary.failures.is_empty() {
+        let dir = keep.join(format!("{}-{}-{}", setup.fs, setup.kind, setup.seed));
+        let kept = save(setup, &recorded, &dir);
+        for (spec, why) in &mut summary.failures {
+            let subset = spec.subset.map(|s| format!(" --subset {s}")).unwrap_or_default();
+            match &kept {
+                Ok(()) => {
+                    let _ = write!(
+                        why,
+                        "\n  rebuild and check this image: cargo run -p wal-powerloss --bin powerloss -- image --recording {} --window {}{subset}",
+                        dir.display(),
+                        spec.window
+                    );
+                }
+                Err(e) => {
+                    let _ = write!(why, "\n  (the recording could not be kept at {}: {e})", dir.display());
+                }
+            }
+        }
+    }
+    Ok((recorded, summary))
+}

@@ -1,0 +1,112 @@
+//! The harness checked on its own, with a workload whose right answer is known
+//! (`tests/data/files-workload.sh`: files written, fsynced, renamed, the directory fsynced, then
+//! acknowledged): every image of the honest kind passes, and the liar (acknowledging before any
+//! fsync) is caught. If the recorder missed flushes or logged writes out of order, or the images
+//! kept what a power loss loses, the first would fail or the second would pass.
+//!
+//! Skipped, with the reason printed, where the machine cannot run the suite (not root, no FUSE,
+//! no loop devices, no mkfs.ext4).
+
+use powerloss::campaign::{self, Plan, Setup};
+use powerloss::device::{self, Fs};
+use powerloss::image;
+use powerloss::recorder::Event;
+use std::path::PathBuf;
+
+fn setup(kind: &str, name: &str) -> Option<Setup> {
+    if let Some(why) = device::unavailable(Fs::Ext4) {
+        println!("SKIPPED: the power-loss harness cannot run here: {why}");
+        return None;
+    }
+    Some(Setup {
+        fs: Fs::Ext4,
+        kind: kind.into(),
+        seed: 1,
+        workload: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/files-workload.sh"),
+        scratch: PathBuf::from(format!("/dev/shm/walpowerloss-harness-{name}-{}", std::process::id())),
+    })
+}
+
+#[test]
+fn an_honest_workload_passes_every_image() {
+    let Some(setup) = setup("honest", "honest") else { return };
+    let keep = tempfile::tempdir().unwrap();
+    let plan = Plan { flush_points: None, between: 20, seed: 3 };
+    let (rec, summary) = campaign::campaign(&setup, &plan, keep.path()).unwrap();
+    let _ = std::fs::remove_dir_all(&setup.scratch);
+    println!("honest: {} flushes, {} images, {} required", rec.flushes(), summary.images, summary.required);
+    assert_eq!(rec.acks(), 6, "every acknowledgement is logged as a mark");
+    assert!(
+        rec.flushes() >= 12,
+        "each ack needs at least the file's and the directory's flush: {}",
+        rec.flushes()
+    );
+    assert!(summary.required > 0);
+    assert!(summary.failures.is_empty(), "{:#?}", summary.failures);
+    // The marks sit after the flushes that made them true: the last mark is after a flush.
+    let last_mark = rec.rec.events.iter().rposition(|e| matches!(e, Event::Mark(_))).unwrap();
+    assert!(rec.rec.events[..last_mark].contains(&Event::Flush));
+}
+
+#[test]
+fn a_workload_that_acknowledges_before_fsync_is_caught() {
+    let Some(setup) = setup("liar", "liar") else { return };
+    let keep = tempfile::tempdir().unwrap();
+    let plan = Plan { flush_points: None, between: 0, seed: 3 };
+    let (rec, summary) = campaign::campaign(&setup, &plan, keep.path()).unwrap();
+    let _ = std::fs::remove_dir_all(&setup.scratch);
+    assert!(
+        !summary.failures.is_empty(),
+        "acknowledged-before-fsync files were never missing in {} images",
+        summary.images
+    );
+    let (spec, why) = &summary.failures[0];
+    assert!(why.contains("FAIL: f"), "{why}");
+    assert!(why.contains("powerloss -- image --recording"), "a failure names its rebuild command: {why}");
+    // The kept recording rebuilds the same image and finds the same loss.
+    let dir = keep.path().join("ext4-liar-1");
+    let (fs, kind, seed, again) = campaign::load(&dir).unwrap();
+    assert_eq!((fs, kind.as_str(), seed), (Fs::Ext4, "liar", 1));
+    assert_eq!(again.rec.events, rec.rec.events);
+    let required = image::required(&again.rec, spec.window);
+    let scratch = PathBuf::from(format!("/dev/shm/walpowerloss-harness-again-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let s2 = Setup { scratch: scratch.clone(), ..setup };
+    let mut cursor = image::Cursor::new(&again.rec, &again.base, &scratch.join("work.img")).unwrap();
+    let r = campaign::check_one(&s2, &mut cursor, *spec, &required);
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(r.is_err(), "the rebuilt image passed: {r:?}");
+}
+
+#[test]
+fn a_kept_recording_reads_back_exactly() {
+    let rec = powerloss::recorder::Recording {
+        events: vec![
+            Event::Write { offset: 4096, len: 3, at: 0 },
+            Event::Flush,
+            Event::Mark("ack 7 with spaces".into()),
+            Event::Zero { offset: 0, len: 512 },
+        ],
+        data: vec![1, 2, 3],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("b.img");
+    std::fs::write(&base, vec![0u8; 8192]).unwrap();
+    let setup = Setup {
+        fs: Fs::Xfs,
+        kind: "sync".into(),
+        seed: 9,
+        workload: PathBuf::new(),
+        scratch: PathBuf::new(),
+    };
+    let recorded = campaign::Recorded { base, rec: rec.clone() };
+    campaign::save(&setup, &recorded, &dir.path().join("kept")).unwrap();
+    let (fs, kind, seed, back) = campaign::load(&dir.path().join("kept")).unwrap();
+    assert_eq!((fs, kind.as_str(), seed), (Fs::Xfs, "sync", 9));
+    assert_eq!(back.rec.events, rec.events);
+    assert_eq!(back.rec.data, rec.data);
+    // A damaged file is an error naming the line, not a panic.
+    std::fs::write(dir.path().join("kept/events.txt"), "fs ext4\nkind sync\nseed 1\nW 1 99 0\n").unwrap();
+    let e = campaign::load(&dir.path().join("kept")).unwrap_err();
+    assert!(e.contains("event line 4"), "{e}");
+}
