@@ -51,6 +51,13 @@ fn fails(kind: &str, dir: &Path, acks: &[String], names: &str) {
     assert!(text.contains(names), "{kind}: the failure should name {names:?}:\n{text}");
 }
 
+/// The acks and one more line, which the log cannot honour: the checker names `names`.
+fn fails_with(kind: &str, dir: &Path, acks: &[String], extra: String, names: &str) {
+    let mut more = acks.to_vec();
+    more.push(extra);
+    fails(kind, dir, &more, names);
+}
+
 /// The highest number after `key=` in the ack lines.
 fn max_of(acks: &[String], key: &str) -> u64 {
     acks.iter()
@@ -83,19 +90,19 @@ fn sync_checks_and_its_negative_controls_fail() {
     }
     // (b) An entry beyond what was written.
     let beyond = max_of(&acks, "lsn=") + 5;
-    let mut more = acks.clone();
-    more.push(format!("ack entry lsn={beyond} gen=0 seed=11"));
-    fails("sync", &dir, &more, &format!("LSN {beyond}"));
+    fails_with(
+        "sync",
+        &dir,
+        &acks,
+        format!("ack entry lsn={beyond} gen=0 seed=11"),
+        &format!("LSN {beyond}"),
+    );
     // The right LSN with other bytes (another generation).
     let last = acks.iter().rev().find(|l| l.starts_with("ack entry")).expect("an entry").clone();
     let lsn = max_of(std::slice::from_ref(&last), "lsn=");
-    let mut wrong = acks.clone();
-    wrong.push(format!("ack entry lsn={lsn} gen=77 seed=11"));
-    fails("sync", &dir, &wrong, &format!("LSN {lsn}"));
+    fails_with("sync", &dir, &acks, format!("ack entry lsn={lsn} gen=77 seed=11"), &format!("LSN {lsn}"));
     // (c) An epoch the log never reached.
-    let mut epoch = acks.clone();
-    epoch.push("ack epoch epoch=999".into());
-    fails("sync", &dir, &epoch, "epoch 999");
+    fails_with("sync", &dir, &acks, "ack epoch epoch=999".into(), "epoch 999");
     // A bad ack file is a usage error.
     let (code, text) = check("sync", &dir, &["ack entry lsn=x".into()]);
     assert_eq!(code, 2, "{text}");
@@ -141,27 +148,39 @@ fn async_checks() {
     let (_tmp, dir, acks) = runs_and_checks("async", 3);
     assert!(acks.iter().any(|l| l.starts_with("ack epoch")));
     let beyond = max_of(&acks, "lsn=") + 1;
-    let mut more = acks.clone();
-    more.push(format!("ack entry lsn={beyond} gen=0 seed=3"));
-    fails("async", &dir, &more, &format!("LSN {beyond}"));
+    fails_with(
+        "async",
+        &dir,
+        &acks,
+        format!("ack entry lsn={beyond} gen=0 seed=3"),
+        &format!("LSN {beyond}"),
+    );
 }
 
 #[test]
 fn pipeline_checks() {
     let (_tmp, dir, acks) = runs_and_checks("pipeline", 4);
     let beyond = max_of(&acks, "lsn=") + 3;
-    let mut more = acks.clone();
-    more.push(format!("ack cmd lsn={beyond} i=5000 seed=4"));
-    fails("pipeline", &dir, &more, &format!("LSN {beyond}"));
+    fails_with(
+        "pipeline",
+        &dir,
+        &acks,
+        format!("ack cmd lsn={beyond} i=5000 seed=4"),
+        &format!("LSN {beyond}"),
+    );
 }
 
 #[test]
 fn raft_checks() {
     let (_tmp, dir, acks) = runs_and_checks("raft", 9);
     let beyond = max_of(&acks, "index=") + 40;
-    let mut more = acks.clone();
-    more.push(format!("ack raft index={beyond} i=5000 seed=9"));
-    fails("raft", &dir, &more, &format!("index {beyond}"));
+    fails_with(
+        "raft",
+        &dir,
+        &acks,
+        format!("ack raft index={beyond} i=5000 seed=9"),
+        &format!("index {beyond}"),
+    );
 }
 
 #[test]
@@ -171,8 +190,8 @@ fn no_log_and_nothing_required_is_fine_but_something_required_is_not() {
     for kind in ["sync", "async", "pipeline", "raft"] {
         ok(kind, &dir, &[]);
     }
-    fails("sync", &dir, &["ack entry lsn=1 gen=0 seed=1".into()], "holds no log");
-    fails("raft", &dir, &["ack raft index=3 i=0 seed=1".into()], "holds no Raft log");
+    fails("sync", &dir, &["ack entry lsn=1 gen=0 seed=1".into()], "holds no sync log");
+    fails("raft", &dir, &["ack raft index=3 i=0 seed=1".into()], "holds no raft log");
 }
 
 #[test]

@@ -88,6 +88,18 @@ pub fn walcheck(dir: &Path) -> Result<Option<Walcheck>, Failed> {
     verify(dir, None).map(|r| judge(dir, &r)).transpose()
 }
 
+/// The verdict on an image that holds no log: fine when `required` (how many promises need a
+/// log) is zero, a violation otherwise.
+pub fn no_log(kind: &str, dir: &Path, acks: usize, required: usize, what: &str) -> Checked {
+    if required == 0 {
+        return Ok(format!("ok {kind} required={acks} verdict=NO_LOG"));
+    }
+    Err(Failed::Violations(vec![format!(
+        "FAIL: {} holds no {kind} log, but {required} {what} acknowledged",
+        dir.display()
+    )]))
+}
+
 /// What the acks require of a plain log.
 #[derive(Debug, Default)]
 struct Model {
@@ -121,10 +133,6 @@ impl Model {
         }
         Ok(m)
     }
-
-    fn requires_anything(&self) -> bool {
-        !self.required.is_empty() || self.epoch.is_some_and(|e| e > 0)
-    }
 }
 
 /// The segment files of `dir` and the LSN ranges their scan gives, for failure messages.
@@ -147,14 +155,8 @@ pub fn open_options(segment_len_bytes: u32) -> Options {
 pub fn check(dir: &Path, acks: &[Ack], kind: &str) -> Checked {
     let model = Model::build(acks)?;
     let Some(wc) = walcheck(dir)? else {
-        if model.requires_anything() {
-            return Err(Failed::Violations(vec![format!(
-                "FAIL: {} holds no log, but {} acks require entries or an epoch",
-                dir.display(),
-                model.acks
-            )]));
-        }
-        return Ok(format!("ok {kind} required={} verdict=NO_LOG", model.acks));
+        let n = model.required.len() + usize::from(model.epoch.is_some_and(|e| e > 0));
+        return no_log(kind, dir, model.acks, n, "entries or epochs were");
     };
     let (wal, report) = Wal::open(dir, open_options(crate::SEGMENT_LEN))
         .map_err(|e| Failed::Violations(vec![format!("FAIL: the log does not open: {e}")]))?;

@@ -114,14 +114,7 @@ pub fn check(dir: &Path, acks: &[Ack]) -> Checked {
         }
     }
     let Some(Some(report)) = found else {
-        if required.is_empty() {
-            return Ok(format!("ok pipeline required={} verdict=NO_LOG", acks.len()));
-        }
-        return Err(Failed::Violations(vec![format!(
-            "FAIL: {} holds no (usable) log, but {} commands were acknowledged",
-            dir.display(),
-            required.len()
-        )]));
+        return check::no_log("pipeline", dir, acks.len(), required.len(), "commands were");
     };
     let wc = check::judge(dir, &report)?;
     let mut fails = Vec::new();

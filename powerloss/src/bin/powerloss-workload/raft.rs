@@ -184,14 +184,7 @@ pub fn check(dir: &Path, acks: &[Ack]) -> Checked {
     }
     let log = verifier::verify(&dir.join("log"), &verifier::VerifyOptions::default(), &mut |_| {});
     if log.no_log.is_some() || !dir.join("log").exists() {
-        if required.is_empty() {
-            return Ok(format!("ok raft required={} verdict=NO_LOG", acks.len()));
-        }
-        return Err(Failed::Violations(vec![format!(
-            "FAIL: {} holds no Raft log, but {} writes were acknowledged",
-            dir.display(),
-            required.len()
-        )]));
+        return crate::check::no_log("raft", dir, acks.len(), required.len(), "writes were");
     }
     let c = wal_raft::check::check(dir);
     let mut fails = Vec::new();
