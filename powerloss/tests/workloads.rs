@@ -206,15 +206,19 @@ fn run_refuses_an_existing_directory() {
     assert_eq!(o.status.code(), Some(2));
 }
 
-/// With `--handshake` the workload waits for an answer after each ack line; the lines are
-/// those of a run without it (the sync workload is a function of its seed).
-#[test]
-fn handshake_waits_for_each_answer() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let plain = run("sync", &tmp.path().join("plain"), 21);
-    let dir = tmp.path().join("shaken");
+/// Runs `kind --handshake` on `dir`, answering each line after `at(line number, line)`;
+/// returns the ack lines.
+fn run_with_handshake(kind: &str, dir: &Path, seed: u64, mut at: impl FnMut(usize, &str)) -> Vec<String> {
     let mut child = Command::new(BIN)
-        .args(["run", "sync", "--dir", dir.to_str().expect("utf-8"), "--seed", "21", "--handshake"])
+        .args([
+            "run",
+            kind,
+            "--dir",
+            dir.to_str().expect("utf-8"),
+            "--seed",
+            &seed.to_string(),
+            "--handshake",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -228,9 +232,21 @@ fn handshake_waits_for_each_answer() {
             break;
         }
         acks.push(line);
+        at(acks.len(), acks.last().map_or("", String::as_str));
         stdin.write_all(b"go\n").and_then(|()| stdin.flush()).expect("answering");
     }
-    assert!(child.wait().expect("waiting").success());
+    assert!(child.wait().expect("waiting").success(), "{kind}: the handshake run failed");
+    acks
+}
+
+/// With `--handshake` the workload waits for an answer after each ack line; the lines are
+/// those of a run without it (the sync workload is a function of its seed).
+#[test]
+fn handshake_waits_for_each_answer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let plain = run("sync", &tmp.path().join("plain"), 21);
+    let dir = tmp.path().join("shaken");
+    let acks = run_with_handshake("sync", &dir, 21, |_, _| {});
     assert_eq!(acks, plain, "the handshake changes nothing but the pace");
     ok("sync", &dir, &acks);
 
@@ -246,4 +262,46 @@ fn handshake_waits_for_each_answer() {
     let out = child.wait_with_output().expect("waiting");
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}
+
+/// Copies the files of `from` into a new `to` (not the lock; a file renamed or removed by a
+/// helper thread meanwhile is skipped, as a crash may find it gone).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_name() == "LOCK" {
+            continue;
+        }
+        if src.is_dir() {
+            copy_dir(&src, &dst);
+        } else if let Err(err) = std::fs::copy(&src, &dst) {
+            assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "copying {}: {err}", src.display());
+        }
+    }
+}
+
+/// Process-crash-like images: the directory copied while the workload waits for the answer to
+/// an ack line (what was written so far, synced or not) honours every line printed up to then.
+/// Not a power loss (the recorder makes those), but every stage of every workload is met:
+/// mid-rotation, between a `-begin` line and its operation, before the first checkpoint.
+#[test]
+fn copies_taken_mid_run_honour_the_acks_so_far() {
+    for (kind, every) in [("sync", 40), ("async", 60), ("pipeline", 40), ("raft", 25)] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("log");
+        let mut copies = Vec::new();
+        let acks = run_with_handshake(kind, &dir, 2, |n, _| {
+            if n % every == 1 {
+                let to = tmp.path().join(format!("copy{n}"));
+                copy_dir(&dir, &to);
+                copies.push((to, n));
+            }
+        });
+        assert!(copies.len() > 2, "{kind}: too few copies");
+        for (to, n) in &copies {
+            ok(kind, to, &acks[..*n]);
+        }
+    }
 }

@@ -44,6 +44,8 @@ pub struct Walcheck {
     pub crc: wal::CrcVerdict,
     pub code: i32,
     pub state: String,
+    /// The state verdict's explanation.
+    pub why: String,
 }
 
 /// Runs walcheck's `verify` on `dir` (with `base` as `--base`); `None`: no log there.
@@ -80,7 +82,8 @@ pub fn judge(dir: &Path, r: &verifier::Report) -> Result<Walcheck, Failed> {
             state.word()
         )]));
     }
-    Ok(Walcheck { crc: r.crc, code, state: state.word().to_string() })
+    let why = r.state.as_ref().map(|s| s.summary()).unwrap_or_default();
+    Ok(Walcheck { crc: r.crc, code, state: state.word().to_string(), why })
 }
 
 /// [`verify`] and [`judge`] without a base snapshot.
