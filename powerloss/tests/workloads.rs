@@ -188,7 +188,7 @@ fn no_log_and_nothing_required_is_fine_but_something_required_is_not() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("never-created");
     for kind in ["sync", "async", "pipeline", "raft"] {
-        ok(kind, &dir, &[]);
+        assert!(ok(kind, &dir, &[]).contains("verdict=OK log=none"));
     }
     fails("sync", &dir, &["ack entry lsn=1 gen=0 seed=1".into()], "holds no sync log");
     fails("raft", &dir, &["ack raft index=3 i=0 seed=1".into()], "holds no raft log");

@@ -91,11 +91,12 @@ pub fn walcheck(dir: &Path) -> Result<Option<Walcheck>, Failed> {
     verify(dir, None).map(|r| judge(dir, &r)).transpose()
 }
 
-/// The verdict on an image that holds no log: fine when `required` (how many promises need a
-/// log) is zero, a violation otherwise.
+/// The verdict on an image that holds no log (missing, empty, or an interrupted creation):
+/// fine when `required` (how many promises need a log) is zero, a violation otherwise. The ok
+/// line keeps the contract's `verdict=OK` (nothing is wrong) and says `log=none`.
 pub fn no_log(kind: &str, dir: &Path, acks: usize, required: usize, what: &str) -> Checked {
     if required == 0 {
-        return Ok(format!("ok {kind} required={acks} verdict=NO_LOG"));
+        return Ok(format!("ok {kind} required={acks} verdict=OK log=none"));
     }
     Err(Failed::Violations(vec![format!(
         "FAIL: {} holds no {kind} log, but {required} {what} acknowledged",

@@ -14,9 +14,11 @@
 //!
 //! `check` decides whether the log in DIR (a crash image, mounted; writable) honours the ack
 //! lines in FILE, in order: exit 0 and one `ok <kind> required=<n> verdict=<OK|TORN_TAIL> ...`
-//! line; exit 1 and `FAIL: ...` lines when an acknowledged promise is broken; exit 2 on a
-//! usage or setup error (a bad ack file, a lost node start). The oracles are in `check.rs`
-//! (plain logs), `pipeline.rs` and `raft.rs`.
+//! line (`verdict=OK log=none` for an image without a log when nothing is required); exit 1
+//! and `FAIL: ...` lines when an acknowledged promise is broken (a Raft node that does not come
+//! back on the image included); exit 2 on a usage or setup error (bad arguments, an unreadable
+//! or malformed ack file, acks of another kind). The oracles are in `check.rs` (plain logs),
+//! `pipeline.rs` and `raft.rs`.
 //!
 //! Every workload is bounded by a fixed count of operations, and every wait on a thread, a
 //! promise or a node by a timeout, so neither command can hang.
