@@ -74,6 +74,22 @@ pub struct Summary {
     pub failures: Vec<(ImageSpec, String)>,
 }
 
+/// One line on a campaign: the recording's size and what its images showed.
+pub fn report(setup: &Setup, rec: &Recorded, s: &Summary) -> String {
+    format!(
+        "{} {} seed {}: {} flushes, {} acknowledgements; {} images checked ({} between), {} acknowledgements required, {} losses",
+        setup.fs,
+        setup.kind,
+        setup.seed,
+        rec.flushes(),
+        rec.acks(),
+        s.images,
+        s.between,
+        s.required,
+        s.failures.len()
+    )
+}
+
 /// Records `setup`'s workload on a fresh file system.
 pub fn record(setup: &Setup) -> Result<Recorded, String> {
     let s = &setup.scratch;

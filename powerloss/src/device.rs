@@ -171,10 +171,8 @@ fn umount(dir: &Path) -> io::Result<()> {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        if self.mounted {
-            if umount(&self.dir).is_err() {
-                let _ = run(Command::new("umount").arg("-l").arg(&self.dir));
-            }
+        if self.mounted && umount(&self.dir).is_err() {
+            let _ = run(Command::new("umount").arg("-l").arg(&self.dir));
         }
     }
 }

@@ -184,7 +184,7 @@ impl StateMachineStore {
             online: None,
         };
         if let Some(d) = dir {
-            fs::create_dir_all(d)?;
+            wal::storage::create_dir_durable(d)?;
             let _ = fs::remove_file(d.join(format!("{SNAPSHOT_FILE}.tmp")));
             if let Some(bytes) = crate::durable::read(d, SNAPSHOT_FILE)? {
                 let c = decode_file(&bytes)?;

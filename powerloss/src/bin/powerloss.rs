@@ -45,6 +45,10 @@ enum Cmd {
         /// Where a failing recording is kept.
         #[arg(long, default_value = "target/powerloss-failures")]
         keep: PathBuf,
+        /// Also write the summary as JSON (the committed one is
+        /// `reliability/powerloss-summary.json`).
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Rebuild one image of a kept recording, mount it and run the checker.
     Image {
@@ -89,7 +93,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.cmd {
-        Cmd::Run { fs, kinds, seed, all, flush_points, between, scratch, keep } => {
+        Cmd::Run { fs, kinds, seed, all, flush_points, between, scratch, keep, json } => {
             let fs = if fs.is_empty() { vec![Fs::Ext4] } else { fs };
             let kinds = if kinds.is_empty() {
                 ["sync", "async", "pipeline", "raft"].map(String::from).to_vec()
@@ -97,7 +101,7 @@ fn main() -> ExitCode {
                 kinds
             };
             let plan = Plan { flush_points: (!all).then_some(flush_points), between, seed };
-            run(&fs, &kinds, seed, &plan, &workload, &scratch, &keep)
+            run(&fs, &kinds, seed, &plan, &workload, &scratch, &keep, json.as_deref())
         }
         Cmd::Image { recording, window, subset, scratch } => {
             image_one(&recording, ImageSpec { window, subset }, &workload, &scratch)
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     fss: &[Fs],
     kinds: &[String],
@@ -113,8 +118,10 @@ fn run(
     workload: &Path,
     scratch: &Path,
     keep: &Path,
+    json: Option<&Path>,
 ) -> ExitCode {
     let mut failed = false;
+    let mut rows = Vec::new();
     for &fs in fss {
         if let Some(why) = device::unavailable(fs) {
             eprintln!("powerloss: cannot run on {fs}: {why}");
@@ -130,18 +137,16 @@ fn run(
             };
             match campaign::campaign(&setup, plan, keep) {
                 Ok((rec, s)) => {
-                    println!(
-                        "{fs} {kind} seed {seed}: {} flushes, {} acknowledgements; {} images ({} between), {} acknowledgements required, {} losses",
-                        rec.flushes(),
-                        rec.acks(),
-                        s.images,
-                        s.between,
-                        s.required,
-                        s.failures.len()
-                    );
+                    println!("{}", campaign::report(&setup, &rec, &s));
                     for (_, f) in &s.failures {
                         println!("FAIL {f}");
                     }
+                    rows.push(serde_json::json!({
+                        "fs": fs.name(), "kind": kind, "seed": seed,
+                        "flushes": rec.flushes(), "acknowledgements": rec.acks(),
+                        "images": s.images, "between_images": s.between,
+                        "acknowledgements_required": s.required, "losses": s.failures.len(),
+                    }));
                     failed |= !s.failures.is_empty();
                 }
                 Err(e) => {
@@ -152,6 +157,19 @@ fn run(
         }
     }
     let _ = std::fs::remove_dir_all(scratch);
+    if let Some(path) = json {
+        let doc = serde_json::json!({
+            "command": std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+            "every_flush_point": plan.flush_points.is_none(),
+            "between_images_per_workload": plan.between,
+            "runs": rows,
+        });
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("powerloss: writing {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
     if failed {
         ExitCode::from(1)
     } else {

@@ -53,7 +53,7 @@ impl FileStorage {
     pub fn new(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if create {
-            std::fs::create_dir_all(&dir)?;
+            create_dir_durable(&dir)?;
         }
         if !dir.is_dir() {
             return Err(io::Error::new(
@@ -179,6 +179,39 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
         return Ok(());
     }
     File::open(dir)?.sync_all()
+}
+
+/// Creates `dir` and any missing parents, each made durable in its parent (the parent fsynced
+/// after the `mkdir`), so that a log acknowledged after its first creation cannot lose its
+/// directory to a power loss. ext4 and xfs happen to commit a `mkdir` with the next fsync of
+/// anything in the file system (one journal), which hides the gap; POSIX promises nothing of the
+/// kind, and other file systems do not. A `dir` that exists is left as it is.
+pub fn create_dir_durable(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    // Bounded by the path's depth.
+    while !at.as_os_str().is_empty() && std::fs::symlink_metadata(at).is_err() {
+        missing.push(at);
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match std::fs::create_dir(d) {
+            Ok(()) => {}
+            // Another process made it meanwhile: it is its creator's to make durable, and the
+            // sync below covers it too.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let parent = match d.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        sync_dir(parent)?;
+    }
+    Ok(())
 }
 
 /// How long a lock found taken is tried again before it counts as another process's.
@@ -405,5 +438,33 @@ impl Storage for FileStorage {
             )),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::create_dir_durable;
+
+    #[test]
+    fn a_log_directory_is_created_with_its_missing_parents() {
+        let t = tempfile::tempdir().unwrap();
+        let deep = t.path().join("a/b/c");
+        create_dir_durable(&deep).unwrap();
+        assert!(deep.is_dir());
+        // Again: an existing directory is left as it is.
+        std::fs::write(deep.join("keep"), b"x").unwrap();
+        create_dir_durable(&deep).unwrap();
+        assert_eq!(std::fs::read(deep.join("keep")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_path_through_a_file_is_an_error_and_creates_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("file"), b"").unwrap();
+        let e = create_dir_durable(&t.path().join("file/log")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+        // A name that exists as a file is not made a directory and not reported as one.
+        create_dir_durable(&t.path().join("file")).unwrap();
+        assert!(t.path().join("file").is_file());
     }
 }
