@@ -116,9 +116,19 @@ pub struct Loop {
 }
 
 impl Loop {
+    /// Attaches `file` to the first free loop device. Two attaches at once (the tests run in
+    /// parallel) can pick the same free device and one then finds it busy: tried again a few
+    /// times.
     pub fn attach(file: &Path) -> io::Result<Loop> {
-        let dev = run(Command::new("losetup").args(["--find", "--show"]).arg(file))?;
-        Ok(Loop { dev: PathBuf::from(dev) })
+        let mut last = None;
+        for attempt in 0..10u64 {
+            match run(Command::new("losetup").args(["--find", "--show"]).arg(file)) {
+                Ok(dev) => return Ok(Loop { dev: PathBuf::from(dev) }),
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20 * (attempt + 1)));
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("losetup never ran")))
     }
 }
 
