@@ -1,20 +1,23 @@
 //! One campaign: record a workload on a fresh file system through the recorder, then build crash
 //! images from the recording, mount each (the journal replayed) and run the workload's checker.
 //!
-//! The workload runs as its own process (`powerloss-workload run KIND --handshake`): every
-//! acknowledgement it prints is logged as a mark before the workload may go on, so "acknowledged
-//! before the power went" is exact. On a failure the recording is kept (see [`save`]) and the
+//! The workload runs as its own process (`powerloss-workload run KIND --marks FILE`): each
+//! acknowledging thread writes its line to the recorder's marks file right after the engine
+//! acknowledged, so the mark trails the acknowledgement by one system call in the same sequence
+//! as the block events (a workload that only prints is answered line by line instead, see
+//! [`Setup::direct_marks`]). On a failure the recording is kept (see [`save`]) and the
 //! message carries the command that rebuilds and checks that one image.
 
 use crate::device::{make_fs, sparse_copy, Fs, Loop, Mount};
 use crate::image::{self, Cursor, ImageSpec};
 use crate::recorder::{Event, Recorder, Recording};
 use std::fmt::Write as _;
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The size of the recorded disk: above the 512 MiB under which mkfs.ext4 picks its "small"
@@ -24,6 +27,9 @@ pub const DISK_BYTES: u64 = 640 << 20;
 
 /// How long a workload may run before it counts as hung.
 pub const WORKLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long one image's check may take (the Raft checker's own waits add up to 40 s).
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// What to record.
 #[derive(Debug, Clone)]
@@ -35,6 +41,9 @@ pub struct Setup {
     pub workload: PathBuf,
     /// A scratch directory on tmpfs, created and emptied by the campaign.
     pub scratch: PathBuf,
+    /// The workload writes its acknowledgements to the recorder's marks file itself
+    /// (`powerloss-workload --marks`); otherwise it prints them and waits for the handshake.
+    pub direct_marks: bool,
 }
 
 /// Which images to check.
@@ -120,36 +129,86 @@ pub fn record(setup: &Setup) -> Result<Recorded, String> {
     Ok(Recorded { base, rec })
 }
 
-/// Runs the workload on the mounted file system, logging each acknowledgement as a mark and
-/// answering it (the handshake) only after.
+/// Kills a child that runs over its time, without ever signalling a reaped (and so perhaps
+/// reused) pid: the kill happens under `state`'s lock while `reaped` is false, and the owner
+/// sets `reaped` under that lock only after `waitid(WNOWAIT)` saw the child exit and before it
+/// reaps it.
+struct Watchdog {
+    state: Arc<Mutex<(bool, bool)>>, // (reaped, killed)
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Watchdog {
+    fn start(pid: u32, timeout: Duration) -> Watchdog {
+        let state = Arc::new(Mutex::new((false, false)));
+        let s = state.clone();
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            loop {
+                std::thread::sleep(Duration::from_millis(20));
+                let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+                if g.0 {
+                    return;
+                }
+                if start.elapsed() > timeout {
+                    // SAFETY: kill(2) of our child, not reaped yet (see the type's doc).
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                    g.1 = true;
+                    return;
+                }
+            }
+        });
+        Watchdog { state, thread }
+    }
+
+    /// Waits for the child to exit (it stays a zombie), stops the watchdog, reaps it; whether
+    /// the watchdog killed it.
+    fn wait(self, child: &mut Child) -> io::Result<(ExitStatus, bool)> {
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: waitid on our own child's pid with WNOWAIT: it does not reap.
+            let r =
+                unsafe { libc::waitid(libc::P_PID, child.id(), &mut info, libc::WEXITED | libc::WNOWAIT) };
+            if r == 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        let killed = {
+            let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            g.0 = true;
+            g.1
+        };
+        let _ = self.thread.join();
+        Ok((child.wait()?, killed))
+    }
+}
+
+/// Runs the workload on the mounted file system. Its acknowledgements become marks either
+/// through the recorder's marks file, written by the workload's acknowledging threads
+/// (`direct_marks`), or, for a workload that only prints them, by this reader, which answers
+/// each line (the handshake) only after logging it.
 fn run_workload(setup: &Setup, mnt: &Path, recorder: &Recorder) -> Result<(), String> {
-    let mut child = Command::new(&setup.workload)
-        .args(["run", &setup.kind, "--dir"])
-        .arg(mnt.join("wl"))
-        .args(["--seed", &setup.seed.to_string(), "--handshake"])
+    let stderr_path = setup.scratch.join("workload.stderr");
+    let stderr = File::create(&stderr_path).map_err(|e| format!("{}: {e}", stderr_path.display()))?;
+    let mut cmd = Command::new(&setup.workload);
+    cmd.args(["run", &setup.kind, "--dir"]).arg(mnt.join("wl")).args(["--seed", &setup.seed.to_string()]);
+    if setup.direct_marks {
+        cmd.arg("--marks").arg(recorder.marks());
+    } else {
+        cmd.arg("--handshake");
+    }
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .map_err(|e| format!("starting {}: {e}", setup.workload.display()))?;
-    let finished = Arc::new(AtomicBool::new(false));
-    let pid = child.id() as libc::pid_t;
-    let watchdog = {
-        let finished = finished.clone();
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            while !finished.load(Ordering::Acquire) {
-                if start.elapsed() > WORKLOAD_TIMEOUT {
-                    // SAFETY: kill(2) of our own child's pid, not yet reaped (we reap after
-                    // `finished` is set by the reader, which this thread outlives only then).
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            false
-        })
-    };
+    let watchdog = Watchdog::start(child.id(), WORKLOAD_TIMEOUT);
     let mut stdin = child.stdin.take().ok_or("no stdin")?;
     let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
     let mut done = false;
@@ -162,7 +221,7 @@ fn run_workload(setup: &Setup, mnt: &Path, recorder: &Recorder) -> Result<(), St
                 break;
             }
         };
-        if line.starts_with("ack") {
+        if line.starts_with("ack") && !setup.direct_marks {
             recorder.log().mark(&line);
             if stdin.write_all(b"\n").and_then(|()| stdin.flush()).is_err() {
                 break;
@@ -172,30 +231,26 @@ fn run_workload(setup: &Setup, mnt: &Path, recorder: &Recorder) -> Result<(), St
         }
     }
     drop(stdin);
-    let stderr = child.stderr.take().map(|mut e| {
-        let mut s = String::new();
-        let _ = io::Read::read_to_string(&mut e, &mut s);
-        s
-    });
-    let status = child.wait().map_err(|e| e.to_string());
-    finished.store(true, Ordering::Release);
-    let timed_out = watchdog.join().unwrap_or(false);
-    let stderr = stderr.unwrap_or_default();
-    if timed_out {
-        return Err(format!("the workload ran over {WORKLOAD_TIMEOUT:?} and was killed: {stderr}"));
+    let waited = watchdog.wait(&mut child).map_err(|e| format!("waiting for the workload: {e}"));
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let (status, killed) = waited?;
+    if killed {
+        return Err(format!("the workload ran over {WORKLOAD_TIMEOUT:?} and was killed: {}", stderr.trim()));
     }
     if let Some(e) = err {
         return Err(e);
     }
-    let status = status?;
     if !status.success() || !done {
         return Err(format!("the workload {} failed ({status}): {}", setup.kind, stderr.trim()));
     }
     Ok(())
 }
 
-/// The images `plan` selects in a recording of `windows` windows, in window order.
-pub fn select(plan: &Plan, windows: usize) -> Vec<ImageSpec> {
+/// The images `plan` selects in `rec`, in window order. Between images go only to windows with
+/// at least two block events (fewer, and the subset is the flush-point image or one write).
+pub fn select(plan: &Plan, rec: &Recording) -> Vec<ImageSpec> {
+    let bounds = image::windows(rec);
+    let windows = bounds.len();
     let mut rng = fastrand::Rng::with_seed(plan.seed);
     let mut specs: Vec<ImageSpec> = match plan.flush_points {
         None => (0..windows).map(|window| ImageSpec { window, subset: None }).collect(),
@@ -209,8 +264,19 @@ pub fn select(plan: &Plan, windows: usize) -> Vec<ImageSpec> {
             w.into_iter().map(|window| ImageSpec { window, subset: None }).collect()
         }
     };
-    for _ in 0..plan.between {
-        specs.push(ImageSpec { window: rng.usize(..windows), subset: Some(rng.u64(..)) });
+    let busy: Vec<usize> = bounds
+        .iter()
+        .enumerate()
+        .filter(|(_, &(a, b))| {
+            rec.events[a..b].iter().filter(|e| matches!(e, Event::Write { .. } | Event::Zero { .. })).count()
+                >= 2
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if !busy.is_empty() {
+        for _ in 0..plan.between {
+            specs.push(ImageSpec { window: busy[rng.usize(..busy.len())], subset: Some(rng.u64(..)) });
+        }
     }
     specs.sort_unstable();
     specs.dedup();
@@ -252,23 +318,38 @@ pub fn check_one(
     let dev = Loop::attach(&img).map_err(|e| fail(e.to_string()))?;
     let mnt = Mount::new(setup.fs, &dev.dev, &s.join("check"))
         .map_err(|e| fail(format!("the image does not mount: {e}")))?;
-    let out = Command::new(&setup.workload)
-        .args(["check", &setup.kind, "--dir"])
-        .arg(mnt.dir.join("wl"))
-        .arg("--acks")
-        .arg(&acks)
-        .output()
-        .map_err(|e| fail(format!("running the checker: {e}")));
+    let out_path = s.join("check.out");
+    let out = File::create(&out_path).and_then(|f| Ok((f.try_clone()?, f))).and_then(|(o, e)| {
+        Command::new(&setup.workload)
+            .args(["check", &setup.kind, "--dir"])
+            .arg(mnt.dir.join("wl"))
+            .arg("--acks")
+            .arg(&acks)
+            .stdin(Stdio::null())
+            .stdout(o)
+            .stderr(e)
+            .spawn()
+    });
+    let status = out.map_err(|e| fail(format!("running the checker: {e}"))).and_then(|mut child| {
+        let watchdog = Watchdog::start(child.id(), CHECK_TIMEOUT);
+        match watchdog.wait(&mut child) {
+            Ok((_, true)) => Err(fail(format!(
+                "the checker ran over {CHECK_TIMEOUT:?} and was killed (a hang on this image)"
+            ))),
+            Ok((st, false)) => Ok(st),
+            Err(e) => Err(fail(format!("waiting for the checker: {e}"))),
+        }
+    });
+    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
     let unmounted = mnt.unmount();
     drop(dev);
     let _ = std::fs::remove_file(&img);
-    let out = out?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if !out.status.success() {
+    let status = status.map_err(|e| format!("{e}\n{}", text.trim()))?;
+    if !status.success() {
         return Err(fail(format!(
             "{} acknowledgements required; checker exited {}:\n{}",
             required.len(),
-            out.status,
+            status,
             text.trim()
         )));
     }
@@ -345,7 +426,7 @@ pub fn load(dir: &Path) -> Result<(Fs, String, u64, Recorded), String> {
 /// `keep` and names in each failure the command that rebuilds and checks that image.
 pub fn campaign(setup: &Setup, plan: &Plan, keep: &Path) -> Result<(Recorded, Summary), String> {
     let recorded = record(setup)?;
-    let specs = select(plan, image::windows(&recorded.rec).len());
+    let specs = select(plan, &recorded.rec);
     let mut summary = check_all(setup, &recorded, &specs)?;
     if !summary.failures.is_empty() {
         let dir = keep.join(format!("{}-{}-{}", setup.fs, setup.kind, setup.seed));

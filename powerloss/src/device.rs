@@ -160,10 +160,12 @@ impl Mount {
         Ok(Mount { dir: dir.to_path_buf(), mounted: true })
     }
 
-    /// Unmounts now, reporting the error (drop ignores it).
+    /// Unmounts now, reporting the error; on an error the drop still detaches it lazily, so
+    /// nothing is left mounted over the scratch directory.
     pub fn unmount(mut self) -> io::Result<()> {
+        umount(&self.dir)?;
         self.mounted = false;
-        umount(&self.dir)
+        Ok(())
     }
 }
 

@@ -10,14 +10,15 @@
 //!
 //! FUSE writes are write-through (no `writeback_cache` is negotiated), so a write is in the log
 //! before the loop driver completes the block request, and a flush is logged before the file system
-//! above sees it complete. The session serves one request at a time, so the log's order is the order
-//! in which the loop driver issued them. A write logged before a flush may have been in flight
+//! above sees it complete. The session serves one request at a time, so a write that completed
+//! before a flush was issued is logged before that flush (requests in flight together are logged
+//! as they arrived, which need not be as they were issued). A write logged before a flush may have been in flight
 //! when the flush was issued; treating it as durable at that flush is one outcome a real disk may
 //! also give, so every image built from a prefix of the log is a state a power loss can leave.
 //!
-//! The harness also puts [`Event::Mark`]s in the log (an acknowledgement the workload printed), in
-//! the same order as the block events, so "acknowledged before this flush" is a position in one
-//! sequence.
+//! Acknowledgements enter the same log as [`Event::Mark`]s: a workload writes each line to the
+//! second file, [`MARKS_NAME`], or the harness logs a line the workload printed. So
+//! "acknowledged before this flush" is a position in one sequence.
 
 use fuser::{
     FileAttr, FileType, Filesystem, MountOption, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -34,8 +35,13 @@ use std::time::{Duration, SystemTime};
 /// The name of the recorded file inside the FUSE mount.
 pub const DISK_NAME: &str = "disk";
 
+/// The file a workload writes its acknowledgements to, one line per `write`: each line becomes an
+/// [`Event::Mark`] in sequence with the block events, without a round trip through the harness.
+pub const MARKS_NAME: &str = "marks";
+
 const ROOT: u64 = 1;
 const DISK: u64 = 2;
+const MARKS: u64 = 3;
 const TTL: Duration = Duration::from_secs(3600);
 
 /// One thing the recorder saw, in order.
@@ -123,12 +129,15 @@ struct DiskFs {
     /// Set after the first failed write to the backing file: the image would be wrong, so the
     /// harness fails the run rather than check images built from it.
     failed: Arc<Mutex<Option<String>>>,
+    /// The end of a mark line whose `\n` has not come yet.
+    partial: Vec<u8>,
 }
 
 impl DiskFs {
     fn attr(&self, ino: u64) -> FileAttr {
         let (kind, perm, size, nlink) = match ino {
             ROOT => (FileType::Directory, 0o755, 0, 2),
+            MARKS => (FileType::RegularFile, 0o666, 0, 1),
             _ => (FileType::RegularFile, 0o600, self.size, 1),
         };
         FileAttr {
@@ -160,6 +169,8 @@ impl Filesystem for DiskFs {
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         if parent == ROOT && name == DISK_NAME {
             reply.entry(&TTL, &self.attr(DISK), 0);
+        } else if parent == ROOT && name == MARKS_NAME {
+            reply.entry(&Duration::ZERO, &self.attr(MARKS), 0);
         } else {
             reply.error(libc::ENOENT);
         }
@@ -167,7 +178,7 @@ impl Filesystem for DiskFs {
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
         match ino {
-            ROOT | DISK => reply.attr(&TTL, &self.attr(ino)),
+            ROOT | DISK | MARKS => reply.attr(&TTL, &self.attr(ino)),
             _ => reply.error(libc::ENOENT),
         }
     }
@@ -192,7 +203,7 @@ impl Filesystem for DiskFs {
     ) {
         // The disk has a fixed size: a resize would be a change no block device makes.
         match size {
-            Some(s) if s != self.size => reply.error(libc::EPERM),
+            Some(s) if ino == DISK && s != self.size => reply.error(libc::EPERM),
             _ => reply.attr(&TTL, &self.attr(ino)),
         }
     }
@@ -232,6 +243,18 @@ impl Filesystem for DiskFs {
         _lock: Option<u64>,
         reply: ReplyWrite,
     ) {
+        if ino == MARKS {
+            let mut log = self.log.lock();
+            self.partial.extend_from_slice(data);
+            while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.partial.drain(..=end).collect();
+                let text = String::from_utf8_lossy(&line[..end]).trim().to_string();
+                if !text.is_empty() {
+                    log.events.push(Event::Mark(text));
+                }
+            }
+            return reply.written(data.len() as u32);
+        }
         if ino != DISK || offset < 0 || offset as u64 + data.len() as u64 > self.size {
             return reply.error(libc::ENOSPC);
         }
@@ -291,6 +314,7 @@ impl Filesystem for DiskFs {
             (ROOT, FileType::Directory, "."),
             (ROOT, FileType::Directory, ".."),
             (DISK, FileType::RegularFile, DISK_NAME),
+            (MARKS, FileType::RegularFile, MARKS_NAME),
         ];
         for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
             if reply.add(*ino, (i + 1) as i64, *kind, name) {
@@ -302,6 +326,9 @@ impl Filesystem for DiskFs {
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
         match ino {
+            // Direct I/O for the marks: every write reaches the recorder as written, never
+            // merged or cached.
+            MARKS => reply.opened(0, fuser::consts::FOPEN_DIRECT_IO),
             DISK => reply.opened(0, 0),
             _ => reply.error(libc::EISDIR),
         }
@@ -332,7 +359,8 @@ impl Recorder {
         let size = file.metadata()?.len();
         let log = Log::default();
         let failed = Arc::new(Mutex::new(None));
-        let fs = DiskFs { backing: file, size, log: log.clone(), failed: failed.clone() };
+        let fs =
+            DiskFs { backing: file, size, log: log.clone(), failed: failed.clone(), partial: Vec::new() };
         let options = [MountOption::FSName("walpowerloss".into()), MountOption::RW];
         let session = fuser::spawn_mount2(fs, mountpoint, &options)?;
         Ok(Recorder { mountpoint: mountpoint.to_path_buf(), log, failed, session: Some(session) })
@@ -341,6 +369,11 @@ impl Recorder {
     /// The recorded file, to put a loop device over.
     pub fn disk(&self) -> PathBuf {
         self.mountpoint.join(DISK_NAME)
+    }
+
+    /// The file whose lines become marks.
+    pub fn marks(&self) -> PathBuf {
+        self.mountpoint.join(MARKS_NAME)
     }
 
     /// The shared log (for marks and snapshots).

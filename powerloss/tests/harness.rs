@@ -13,7 +13,7 @@ use powerloss::image;
 use powerloss::recorder::Event;
 use std::path::PathBuf;
 
-fn setup(kind: &str, name: &str) -> Option<Setup> {
+fn setup(kind: &str, name: &str, direct_marks: bool) -> Option<Setup> {
     if let Some(why) = device::unavailable(Fs::Ext4) {
         println!("SKIPPED: the power-loss harness cannot run here: {why}");
         return None;
@@ -24,12 +24,47 @@ fn setup(kind: &str, name: &str) -> Option<Setup> {
         seed: 1,
         workload: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/files-workload.sh"),
         scratch: PathBuf::from(format!("/dev/shm/walpowerloss-harness-{name}-{}", std::process::id())),
+        direct_marks,
     })
 }
 
 #[test]
 fn an_honest_workload_passes_every_image() {
-    let Some(setup) = setup("honest", "honest") else { return };
+    honest(false);
+}
+
+#[test]
+fn an_honest_workload_writing_its_own_marks_passes_every_image() {
+    honest(true);
+}
+
+/// Records the liar, checks every flush point, and requires a loss to be found.
+fn caught_liar(
+    name: &str,
+    direct_marks: bool,
+) -> Option<(Setup, campaign::Recorded, campaign::Summary, tempfile::TempDir)> {
+    let setup = setup("liar", name, direct_marks)?;
+    let keep = tempfile::tempdir().unwrap();
+    let plan = Plan { flush_points: None, between: 0, seed: 3 };
+    let (rec, summary) = campaign::campaign(&setup, &plan, keep.path()).unwrap();
+    let _ = std::fs::remove_dir_all(&setup.scratch);
+    assert_eq!(rec.acks(), 6, "every line became a mark");
+    assert!(
+        !summary.failures.is_empty(),
+        "acknowledged-before-fsync files were never missing in {} images",
+        summary.images
+    );
+    Some((setup, rec, summary, keep))
+}
+
+#[test]
+fn a_liar_writing_its_own_marks_is_caught() {
+    caught_liar("liar-marks", true);
+}
+
+fn honest(direct_marks: bool) {
+    let name = if direct_marks { "honest-marks" } else { "honest" };
+    let Some(setup) = setup("honest", name, direct_marks) else { return };
     let keep = tempfile::tempdir().unwrap();
     let plan = Plan { flush_points: None, between: 20, seed: 3 };
     let (rec, summary) = campaign::campaign(&setup, &plan, keep.path()).unwrap();
@@ -50,16 +85,7 @@ fn an_honest_workload_passes_every_image() {
 
 #[test]
 fn a_workload_that_acknowledges_before_fsync_is_caught() {
-    let Some(setup) = setup("liar", "liar") else { return };
-    let keep = tempfile::tempdir().unwrap();
-    let plan = Plan { flush_points: None, between: 0, seed: 3 };
-    let (rec, summary) = campaign::campaign(&setup, &plan, keep.path()).unwrap();
-    let _ = std::fs::remove_dir_all(&setup.scratch);
-    assert!(
-        !summary.failures.is_empty(),
-        "acknowledged-before-fsync files were never missing in {} images",
-        summary.images
-    );
+    let Some((setup, rec, summary, keep)) = caught_liar("liar", false) else { return };
     let (spec, why) = &summary.failures[0];
     assert!(why.contains("FAIL: f"), "{why}");
     assert!(why.contains("powerloss -- image --recording"), "a failure names its rebuild command: {why}");
@@ -98,6 +124,7 @@ fn a_kept_recording_reads_back_exactly() {
         seed: 9,
         workload: PathBuf::new(),
         scratch: PathBuf::new(),
+        direct_marks: false,
     };
     let recorded = campaign::Recorded { base, rec: rec.clone() };
     campaign::save(&setup, &recorded, &dir.path().join("kept")).unwrap();

@@ -134,6 +134,7 @@ fn run(
                 seed,
                 workload: workload.to_path_buf(),
                 scratch: scratch.to_path_buf(),
+                direct_marks: true,
             };
             match campaign::campaign(&setup, plan, keep) {
                 Ok((rec, s)) => {
@@ -158,8 +159,20 @@ fn run(
     }
     let _ = std::fs::remove_dir_all(scratch);
     if let Some(path) = json {
+        // The engine the run checked: the commit the tree was at (and whether it had changes).
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_default();
+        let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
         let doc = serde_json::json!({
             "command": std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+            "commit": commit,
+            "uncommitted_changes": dirty,
             "every_flush_point": plan.flush_points.is_none(),
             "between_images_per_workload": plan.between,
             "runs": rows,
@@ -195,7 +208,14 @@ fn image_one(recording: &Path, spec: ImageSpec, workload: &Path, scratch: &Path)
         eprintln!("powerloss: {}: {e}", scratch.display());
         return ExitCode::from(2);
     }
-    let setup = Setup { fs, kind, seed, workload: workload.to_path_buf(), scratch: scratch.to_path_buf() };
+    let setup = Setup {
+        fs,
+        kind,
+        seed,
+        workload: workload.to_path_buf(),
+        scratch: scratch.to_path_buf(),
+        direct_marks: true,
+    };
     let required = image::required(&recorded.rec, spec.window);
     let result = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"))
         .map_err(|e| e.to_string())

@@ -2,20 +2,30 @@
 # A workload for the harness's own test: files made durable the POSIX way (write, fsync the file,
 # rename, fsync the directory), each acknowledged as `ack N`. The kind `liar` acknowledges before
 # any fsync, the mistake the suite exists to catch.
-#   files-workload.sh run honest|liar --dir D --seed S [--handshake]
+#   files-workload.sh run honest|liar --dir D --seed S [--handshake | --marks FILE]
+# With --marks each ack line is appended to FILE (the recorder's marks file) instead of printed.
 #   files-workload.sh check honest|liar --dir D --acks FILE
 set -eu
 cmd=$1 kind=$2
 shift 2
-dir= acks=/dev/null
+dir= acks=/dev/null marks=
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --acks) acks=$2; shift 2 ;;
+    --marks) marks=$2; shift 2 ;;
     --seed) shift 2 ;;
     *) shift ;;
   esac
 done
+ack() {
+  if [ -n "$marks" ]; then
+    echo "ack $1" >>"$marks"
+  else
+    echo "ack $1"
+    read -r _
+  fi
+}
 if [ "$cmd" = run ]; then
   mkdir "$dir"
   sync "$(dirname "$dir")"
@@ -25,12 +35,10 @@ if [ "$cmd" = run ]; then
       sync "$dir/f$i.tmp"
       mv "$dir/f$i.tmp" "$dir/f$i"
       sync "$dir"
-      echo "ack $i"
-      read -r _
+      ack "$i"
     else
       mv "$dir/f$i.tmp" "$dir/f$i"
-      echo "ack $i"
-      read -r _
+      ack "$i"
       sleep 0.05
       sync "$dir/f$i"
       sync "$dir"

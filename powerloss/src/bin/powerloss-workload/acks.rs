@@ -99,18 +99,29 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<Ack>, String> {
 /// Prints acknowledgements, one at a time across threads. With the handshake, the printing
 /// thread waits for one line on stdin while it still holds the lock, so no thread prints (and
 /// the printing thread does no engine I/O) before the driver answered.
+///
+/// With a marks file (`--marks`, the recorder's `marks` file on its FUSE mount), each line is
+/// first written there, one `write` per line, by the acknowledging thread itself before it
+/// queues for the lock: the recorder logs it in the same sequence as the block writes and
+/// flushes, so the mark trails the acknowledgement by one system call, not by a turn at the lock
+/// while other threads' syncs go on (which would let an acknowledgement given too early land in
+/// a later window and escape the images between).
 #[derive(Debug)]
 pub struct Acker {
     handshake: bool,
+    marks: Option<std::fs::File>,
     lock: Mutex<()>,
 }
 
 impl Acker {
-    pub fn new(handshake: bool) -> Acker {
-        Acker { handshake, lock: Mutex::new(()) }
+    pub fn new(handshake: bool, marks: Option<std::fs::File>) -> Acker {
+        Acker { handshake, marks, lock: Mutex::new(()) }
     }
 
     pub fn say(&self, ack: &Ack) -> Result<(), String> {
+        if let Some(mut m) = self.marks.as_ref() {
+            m.write_all(format!("{ack}\n").as_bytes()).map_err(|e| format!("writing a mark: {e}"))?;
+        }
         let _turn = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = std::io::stdout().lock();
         writeln!(out, "{ack}").and_then(|_| out.flush()).map_err(|e| format!("printing an ack: {e}"))?;

@@ -179,6 +179,18 @@ pub fn check(dir: &Path, acks: &[Ack], kind: &str) -> Checked {
     let epoch = wal.epoch().0;
     wal.close().map_err(|e| Failed::Violations(vec![format!("FAIL: closing the recovered log: {e}")]))?;
     let mut present = BTreeMap::new();
+    // The engine's scanner says the log is whole; this says it independently: the LSNs it
+    // replays rise by exactly one (a hole or a repeat would be an entry lost or doubled).
+    for pair in found.windows(2) {
+        if pair[1].0 != pair[0].0 + 1 {
+            fails.push(format!(
+                "FAIL: replay gave LSN {} after LSN {} ({}): the live LSNs are not dense",
+                pair[1].0,
+                pair[0].0,
+                segment_of(dir, pair[1].0)
+            ));
+        }
+    }
     for (lsn, payload) in &found {
         match acks::decode(payload) {
             Some((seed, l, gen)) if l == *lsn => {

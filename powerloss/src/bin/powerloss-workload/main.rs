@@ -2,7 +2,7 @@
 //! `powerloss/README.md`).
 //!
 //! ```text
-//! powerloss-workload run <sync|async|pipeline|raft> --dir DIR --seed N [--handshake]
+//! powerloss-workload run <sync|async|pipeline|raft> --dir DIR --seed N [--handshake] [--marks FILE]
 //! powerloss-workload check <sync|async|pipeline|raft> --dir DIR --acks FILE
 //! ```
 //!
@@ -77,6 +77,10 @@ enum Cmd {
         /// After each ack line, wait for one line on stdin.
         #[arg(long)]
         handshake: bool,
+        /// Also write each ack line to this file (the recorder's `marks`), one write per line,
+        /// from the acknowledging thread before it prints.
+        #[arg(long)]
+        marks: Option<PathBuf>,
     },
     /// Check a (crash image's) log against ack lines.
     Check {
@@ -89,14 +93,29 @@ enum Cmd {
     },
 }
 
-fn run(kind: Kind, dir: &std::path::Path, seed: u64, handshake: bool) -> Result<(), String> {
+fn run(
+    kind: Kind,
+    dir: &std::path::Path,
+    seed: u64,
+    handshake: bool,
+    marks: Option<&std::path::Path>,
+) -> Result<(), String> {
     if dir.exists() {
         return Err(format!("{} exists: the workload creates the log", dir.display()));
     }
     if !dir.parent().is_some_and(|p| p.as_os_str().is_empty() || p.is_dir()) {
         return Err(format!("the parent of {} is not a directory", dir.display()));
     }
-    let acker = acks::Acker::new(handshake);
+    let marks = match marks {
+        Some(m) => Some(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(m)
+                .map_err(|e| format!("opening the marks file {}: {e}", m.display()))?,
+        ),
+        None => None,
+    };
+    let acker = acks::Acker::new(handshake, marks);
     match kind {
         Kind::Sync => sync::run(dir, seed, &acker),
         Kind::Async => asynchronous::run(dir, seed, &acker),
@@ -125,13 +144,15 @@ fn main() {
         }
     };
     let code = match cli.cmd {
-        Cmd::Run { kind, dir, seed, handshake } => match run(kind, &dir, seed, handshake) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("powerloss-workload run {}: {e}", kind.name());
-                1
+        Cmd::Run { kind, dir, seed, handshake, marks } => {
+            match run(kind, &dir, seed, handshake, marks.as_deref()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("powerloss-workload run {}: {e}", kind.name());
+                    1
+                }
             }
-        },
+        }
         Cmd::Check { kind, dir, acks } => match check(kind, &dir, &acks) {
             Ok(line) => {
                 println!("{line}");
