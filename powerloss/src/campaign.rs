@@ -8,7 +8,7 @@
 //! [`Setup::direct_marks`]). On a failure the recording is kept (see [`save`]) and the
 //! message carries the command that rebuilds and checks that one image.
 
-use crate::device::{make_fs, sparse_copy, Fs, Loop, Mount};
+use crate::device::{self, make_fs, sparse_copy, Fs, Loop, Mount};
 use crate::image::{self, Cursor, ImageSpec};
 use crate::recorder::{Event, Recorder, Recording};
 use std::fmt::Write as _;
@@ -80,13 +80,15 @@ pub struct Summary {
     pub between: usize,
     /// Acknowledgements the images had to honour, summed over images.
     pub required: usize,
+    /// Images that mounted only after the file system's own repair (`e2fsck -fy`).
+    pub repaired: usize,
     pub failures: Vec<(ImageSpec, String)>,
 }
 
 /// One line on a campaign: the recording's size and what its images showed.
 pub fn report(setup: &Setup, rec: &Recorded, s: &Summary) -> String {
     format!(
-        "{} {} seed {}: {} flushes, {} acknowledgements; {} images checked ({} between), {} acknowledgements required, {} losses",
+        "{} {} seed {}: {} flushes, {} acknowledgements; {} images checked ({} between, {} mounted after fsck), {} acknowledgements required, {} losses",
         setup.fs,
         setup.kind,
         setup.seed,
@@ -94,6 +96,7 @@ pub fn report(setup: &Setup, rec: &Recorded, s: &Summary) -> String {
         rec.acks(),
         s.images,
         s.between,
+        s.repaired,
         s.required,
         s.failures.len()
     )
@@ -294,8 +297,9 @@ pub fn check_all(setup: &Setup, recorded: &Recorded, specs: &[ImageSpec]) -> Res
         summary.images += 1;
         summary.between += usize::from(spec.subset.is_some());
         summary.required += required.len();
-        if let Err(why) = check_one(setup, &mut cursor, spec, &required) {
-            summary.failures.push((spec, why));
+        match check_one(setup, &mut cursor, spec, &required) {
+            Ok(line) => summary.repaired += usize::from(line.ends_with("(after the file system's repair)")),
+            Err(why) => summary.failures.push((spec, why)),
         }
     }
     Ok(summary)
@@ -316,8 +320,19 @@ pub fn check_one(
     std::fs::write(&acks, required.iter().map(|l| format!("{l}\n")).collect::<String>())
         .map_err(|e| fail(e.to_string()))?;
     let dev = Loop::attach(&img).map_err(|e| fail(e.to_string()))?;
-    let mnt = Mount::new(setup.fs, &dev.dev, &s.join("check"))
-        .map_err(|e| fail(format!("the image does not mount: {e}")))?;
+    let (mnt, repaired) = match Mount::new(setup.fs, &dev.dev, &s.join("check")) {
+        Ok(m) => (m, false),
+        // What an operator does with a file system that will not mount after a power loss
+        // (ext4 with a superblock torn across its 512-byte sectors): repair it, then mount.
+        // The log's checks below are the same either way.
+        Err(e) => {
+            let repair = device::repair(setup.fs, &dev.dev)
+                .map_err(|r| fail(format!("the image does not mount ({e}) and its repair failed: {r}")))?;
+            let m = Mount::new(setup.fs, &dev.dev, &s.join("check"))
+                .map_err(|e2| fail(format!("the image does not mount ({e}), nor after {repair}: {e2}")))?;
+            (m, true)
+        }
+    };
     let out_path = s.join("check.out");
     let out = File::create(&out_path).and_then(|f| Ok((f.try_clone()?, f))).and_then(|(o, e)| {
         Command::new(&setup.workload)
@@ -354,7 +369,8 @@ pub fn check_one(
         )));
     }
     unmounted.map_err(|e| fail(format!("unmounting the checked image: {e}")))?;
-    Ok(text.trim().to_string())
+    let text = text.trim().to_string();
+    Ok(if repaired { format!("{text} (after the file system's repair)") } else { text })
 }
 
 /// Keeps a recording at `dir` (the base image sparse, the events as text, the written bytes) so

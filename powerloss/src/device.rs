@@ -109,6 +109,29 @@ pub fn make_fs(fs: Fs, path: &Path, bytes: u64) -> io::Result<()> {
     run(cmd.arg(path)).map(|_| ())
 }
 
+/// Repairs the file system on `dev` as an operator would after it failed to mount: `e2fsck -fy`
+/// for ext4 (which falls back to a backup superblock when the primary one is torn, and replays
+/// the journal); says which tool ran. xfs is not repaired: `xfs_repair` would have to zero a dirty
+/// log (`-L`), discarding what the journal holds, which no operator does lightly.
+pub fn repair(fs: Fs, dev: &Path) -> Result<String, String> {
+    match fs {
+        Fs::Ext4 => {
+            let out =
+                Command::new("e2fsck").arg("-fy").arg(dev).output().map_err(|e| format!("e2fsck: {e}"))?;
+            // 0: clean, 1: errors corrected, 2: corrected, reboot advised; more is failure.
+            match out.status.code() {
+                Some(0..=2) => Ok("e2fsck -fy".into()),
+                _ => Err(format!(
+                    "e2fsck -fy exited {}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout).trim()
+                )),
+            }
+        }
+        Fs::Xfs => Err("xfs images are not repaired".into()),
+    }
+}
+
 /// An attached loop device, detached on drop.
 #[derive(Debug)]
 pub struct Loop {

@@ -108,13 +108,14 @@ fn the_readme_reports_the_committed_long_run() {
         |r: &serde_json::Value, k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} is not a count in {r}"));
     for r in runs {
         let line = format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r["fs"].as_str().unwrap(),
             r["kind"].as_str().unwrap(),
             n(r, "flushes"),
             n(r, "acknowledgements"),
             n(r, "images"),
             n(r, "between_images"),
+            n(r, "repaired_by_fsck"),
             n(r, "acknowledgements_required"),
             n(r, "losses")
         );

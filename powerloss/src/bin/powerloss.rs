@@ -60,6 +60,10 @@ enum Cmd {
         subset: Option<u64>,
         #[arg(long, default_value = "/dev/shm/walpowerloss-image")]
         scratch: PathBuf,
+        /// Write the image to this file and stop (to look at it with e2fsck, xfs_repair or a
+        /// mount of your own) instead of checking it.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
 }
 
@@ -103,8 +107,8 @@ fn main() -> ExitCode {
             let plan = Plan { flush_points: (!all).then_some(flush_points), between, seed };
             run(&fs, &kinds, seed, &plan, &workload, &scratch, &keep, json.as_deref())
         }
-        Cmd::Image { recording, window, subset, scratch } => {
-            image_one(&recording, ImageSpec { window, subset }, &workload, &scratch)
+        Cmd::Image { recording, window, subset, scratch, out } => {
+            image_one(&recording, ImageSpec { window, subset }, &workload, &scratch, out.as_deref())
         }
     }
 }
@@ -145,7 +149,7 @@ fn run(
                     rows.push(serde_json::json!({
                         "fs": fs.name(), "kind": kind, "seed": seed,
                         "flushes": rec.flushes(), "acknowledgements": rec.acks(),
-                        "images": s.images, "between_images": s.between,
+                        "images": s.images, "between_images": s.between, "repaired_by_fsck": s.repaired,
                         "acknowledgements_required": s.required, "losses": s.failures.len(),
                     }));
                     failed |= !s.failures.is_empty();
@@ -190,7 +194,13 @@ fn run(
     }
 }
 
-fn image_one(recording: &Path, spec: ImageSpec, workload: &Path, scratch: &Path) -> ExitCode {
+fn image_one(
+    recording: &Path,
+    spec: ImageSpec,
+    workload: &Path,
+    scratch: &Path,
+    out: Option<&Path>,
+) -> ExitCode {
     let (fs, kind, seed, recorded) = match campaign::load(recording) {
         Ok(r) => r,
         Err(e) => {
@@ -217,6 +227,26 @@ fn image_one(recording: &Path, spec: ImageSpec, workload: &Path, scratch: &Path)
         direct_marks: true,
     };
     let required = image::required(&recorded.rec, spec.window);
+    if let Some(out) = out {
+        let built = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"))
+            .and_then(|mut c| c.build(spec, out));
+        let _ = std::fs::remove_dir_all(scratch);
+        return match built {
+            Ok(()) => {
+                println!(
+                    "{fs} {} seed {seed} {spec}: written to {} ({} acknowledgements required)",
+                    setup.kind,
+                    out.display(),
+                    required.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("powerloss: building the image: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let result = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"))
         .map_err(|e| e.to_string())
         .and_then(|mut c| campaign::check_one(&setup, &mut c, spec, &required));
