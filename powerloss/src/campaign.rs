@@ -44,6 +44,8 @@ pub struct Setup {
     /// The workload writes its acknowledgements to the recorder's marks file itself
     /// (`powerloss-workload --marks`); otherwise it prints them and waits for the handshake.
     pub direct_marks: bool,
+    /// Carry on the log already on the disk (`--resume`) rather than create it.
+    pub resume: bool,
 }
 
 /// Which images to check.
@@ -62,6 +64,12 @@ pub struct Plan {
 pub struct Recorded {
     pub base: PathBuf,
     pub rec: Recording,
+    /// Acknowledgements given before the recording began (a resumed run: the first run's, that
+    /// the image it started from had to honour): every image of this recording must honour them
+    /// too.
+    pub prior: Vec<String>,
+    /// For a resumed run, the first run's image it started from.
+    pub origin: Option<ImageSpec>,
 }
 
 impl Recorded {
@@ -104,12 +112,21 @@ pub fn report(setup: &Setup, rec: &Recorded, s: &Summary) -> String {
 
 /// Records `setup`'s workload on a fresh file system.
 pub fn record(setup: &Setup) -> Result<Recorded, String> {
+    record_from(setup, None)
+}
+
+/// Records `setup`'s workload on the disk `from` (a crash image, for a resumed run), or on a
+/// fresh file system.
+pub fn record_from(setup: &Setup, from: Option<&Path>) -> Result<Recorded, String> {
     let s = &setup.scratch;
     let _ = std::fs::remove_dir_all(s);
     std::fs::create_dir_all(s.join("fuse")).map_err(|e| format!("{}: {e}", s.display()))?;
     let base = s.join("base.img");
     let backing = s.join("backing.img");
-    make_fs(setup.fs, &base, DISK_BYTES).map_err(|e| format!("making {}: {e}", setup.fs))?;
+    match from {
+        Some(image) => sparse_copy(image, &base).map_err(|e| format!("copying the starting image: {e}"))?,
+        None => make_fs(setup.fs, &base, DISK_BYTES).map_err(|e| format!("making {}: {e}", setup.fs))?,
+    }
     sparse_copy(&base, &backing).map_err(|e| format!("copying the base image: {e}"))?;
     let recorder =
         Recorder::mount(&backing, &s.join("fuse")).map_err(|e| format!("mounting the FUSE recorder: {e}"))?;
@@ -129,7 +146,7 @@ pub fn record(setup: &Setup) -> Result<Recorded, String> {
         return Err(format!("the recorder failed: {f}"));
     }
     let _ = std::fs::remove_file(&backing);
-    Ok(Recorded { base, rec })
+    Ok(Recorded { base, rec, prior: Vec::new(), origin: None })
 }
 
 /// Kills a child that runs over its time, without ever signalling a reaped (and so perhaps
@@ -200,6 +217,9 @@ fn run_workload(setup: &Setup, mnt: &Path, recorder: &Recorder) -> Result<(), St
     let stderr = File::create(&stderr_path).map_err(|e| format!("{}: {e}", stderr_path.display()))?;
     let mut cmd = Command::new(&setup.workload);
     cmd.args(["run", &setup.kind, "--dir"]).arg(mnt.join("wl")).args(["--seed", &setup.seed.to_string()]);
+    if setup.resume {
+        cmd.arg("--resume");
+    }
     if setup.direct_marks {
         cmd.arg("--marks").arg(recorder.marks());
     } else {
@@ -267,15 +287,7 @@ pub fn select(plan: &Plan, rec: &Recording) -> Vec<ImageSpec> {
             w.into_iter().map(|window| ImageSpec { window, subset: None }).collect()
         }
     };
-    let busy: Vec<usize> = bounds
-        .iter()
-        .enumerate()
-        .filter(|(_, &(a, b))| {
-            rec.events[a..b].iter().filter(|e| matches!(e, Event::Write { .. } | Event::Zero { .. })).count()
-                >= 2
-        })
-        .map(|(i, _)| i)
-        .collect();
+    let busy = busy_windows(rec);
     if !busy.is_empty() {
         for _ in 0..plan.between {
             specs.push(ImageSpec { window: busy[rng.usize(..busy.len())], subset: Some(rng.u64(..)) });
@@ -286,6 +298,20 @@ pub fn select(plan: &Plan, rec: &Recording) -> Vec<ImageSpec> {
     specs
 }
 
+/// The windows with at least two block events: where a between image differs from the
+/// flush-point image by more than one write.
+pub fn busy_windows(rec: &Recording) -> Vec<usize> {
+    image::windows(rec)
+        .iter()
+        .enumerate()
+        .filter(|(_, &(a, b))| {
+            rec.events[a..b].iter().filter(|e| matches!(e, Event::Write { .. } | Event::Zero { .. })).count()
+                >= 2
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// Builds and checks each image of `specs`, in order.
 pub fn check_all(setup: &Setup, recorded: &Recorded, specs: &[ImageSpec]) -> Result<Summary, String> {
     let s = &setup.scratch;
@@ -293,7 +319,8 @@ pub fn check_all(setup: &Setup, recorded: &Recorded, specs: &[ImageSpec]) -> Res
         .map_err(|e| format!("working copy: {e}"))?;
     let mut summary = Summary::default();
     for &spec in specs {
-        let required = image::required(&recorded.rec, spec.window);
+        let mut required = recorded.prior.clone();
+        required.extend(image::required(&recorded.rec, spec.window));
         summary.images += 1;
         summary.between += usize::from(spec.subset.is_some());
         summary.required += required.len();
@@ -380,6 +407,9 @@ pub fn save(setup: &Setup, recorded: &Recorded, dir: &Path) -> io::Result<()> {
     sparse_copy(&recorded.base, &dir.join("base.img"))?;
     std::fs::write(dir.join("data.bin"), &recorded.rec.data)?;
     let mut ev = format!("fs {}\nkind {}\nseed {}\n", setup.fs, setup.kind, setup.seed);
+    for p in &recorded.prior {
+        let _ = writeln!(ev, "P {p}");
+    }
     for e in &recorded.rec.events {
         let _ = match e {
             Event::Write { offset, len, at } => writeln!(ev, "W {offset} {len} {at}"),
@@ -411,6 +441,7 @@ pub fn load(dir: &Path) -> Result<(Fs, String, u64, Recorded), String> {
     let kind = header("kind")?;
     let seed = header("seed")?.parse().map_err(|_| bad("bad seed"))?;
     let mut events = Vec::new();
+    let mut prior = Vec::new();
     for (n, l) in lines.enumerate() {
         let bad_line = || bad(&format!("event line {}: {l:?}", n + 4));
         let mut f = l.splitn(2, ' ');
@@ -432,21 +463,81 @@ pub fn load(dir: &Path) -> Result<(Fs, String, u64, Recorded), String> {
             },
             "F" => Event::Flush,
             "M" => Event::Mark(rest.to_string()),
+            "P" => {
+                prior.push(rest.to_string());
+                continue;
+            }
             _ => return Err(bad_line()),
         });
     }
-    Ok((fs, kind, seed, Recorded { base: dir.join("base.img"), rec: Recording { events, data } }))
+    Ok((
+        fs,
+        kind,
+        seed,
+        Recorded { base: dir.join("base.img"), rec: Recording { events, data }, prior, origin: None },
+    ))
 }
 
 /// Records, checks the images `plan` selects and, on any failure, keeps the recording under
 /// `keep` and names in each failure the command that rebuilds and checks that image.
 pub fn campaign(setup: &Setup, plan: &Plan, keep: &Path) -> Result<(Recorded, Summary), String> {
     let recorded = record(setup)?;
+    let summary = check_and_keep(setup, &recorded, plan, keep)?;
+    Ok((recorded, summary))
+}
+
+/// A power loss during recovery: the first run's image `origin` (a between image, say, with a
+/// torn tail) is where a second run starts (`setup2`, with `resume`): its open is the recovery,
+/// its writes land on what recovery left, and every image of its own recording must honour the
+/// first run's acknowledgements that `origin` had to honour, and its own.
+pub fn resumed(
+    first: &Setup,
+    recorded: &Recorded,
+    origin: ImageSpec,
+    second: &Setup,
+    plan: &Plan,
+    keep: &Path,
+) -> Result<(Recorded, Summary), String> {
+    let start = first.scratch.join("resume-from.img");
+    let mut cursor = Cursor::new(&recorded.rec, &recorded.base, &first.scratch.join("resume-work.img"))
+        .map_err(|e| format!("working copy: {e}"))?;
+    cursor.build(origin, &start).map_err(|e| format!("building {origin}: {e}"))?;
+    let what = format!("resuming from {} {} seed {} {origin}", first.fs, first.kind, first.seed);
+    let mut again = match record_from(second, Some(&start)) {
+        Ok(r) => r,
+        // The image may need the file system's repair to mount (a torn superblock block), as
+        // an operator would run it; then the run resumes on the repaired disk.
+        Err(e) => match device::repair(first.fs, &start) {
+            Ok(_) => {
+                record_from(second, Some(&start)).map_err(|e2| format!("{what}: {e}; after repair: {e2}"))?
+            }
+            Err(_) => return Err(format!("{what}: {e}")),
+        },
+    };
+    let _ = std::fs::remove_file(&start);
+    again.prior = image::required(&recorded.rec, origin.window);
+    again.origin = Some(origin);
+    let summary = check_and_keep(second, &again, plan, keep)?;
+    Ok((again, summary))
+}
+
+/// Checks the images `plan` selects and, on any failure, keeps the recording under `keep`
+/// and names in each failure the command that rebuilds and checks that image.
+pub fn check_and_keep(
+    setup: &Setup,
+    recorded: &Recorded,
+    plan: &Plan,
+    keep: &Path,
+) -> Result<Summary, String> {
     let specs = select(plan, &recorded.rec);
-    let mut summary = check_all(setup, &recorded, &specs)?;
+    let mut summary = check_all(setup, recorded, &specs)?;
     if !summary.failures.is_empty() {
-        let dir = keep.join(format!("{}-{}-{}", setup.fs, setup.kind, setup.seed));
-        let kept = save(setup, &recorded, &dir);
+        let origin = recorded
+            .origin
+            .map(|o| format!("-resumed-{}-{}", o.window, o.subset.unwrap_or(0)))
+            .unwrap_or_default();
+        let dir = keep.join(format!("{}-{}-{}{origin}", setup.fs, setup.kind, setup.seed));
+        let kept = save(setup, recorded, &dir);
         for (spec, why) in &mut summary.failures {
             let subset = spec.subset.map(|s| format!(" --subset {s}")).unwrap_or_default();
             match &kept {
@@ -462,7 +553,10 @@ pub fn campaign(setup: &Setup, plan: &Plan, keep: &Path) -> Result<(Recorded, Su
                     let _ = write!(why, "\n  (the recording could not be kept at {}: {e})", dir.display());
                 }
             }
+            if let Some(o) = recorded.origin {
+                *why = format!("(a run resumed on the first run's {o}) {why}");
+            }
         }
     }
-    Ok((recorded, summary))
+    Ok(summary)
 }

@@ -25,6 +25,7 @@ fn setup(kind: &str, name: &str, direct_marks: bool) -> Option<Setup> {
         workload: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/files-workload.sh"),
         scratch: PathBuf::from(format!("/dev/shm/walpowerloss-harness-{name}-{}", std::process::id())),
         direct_marks,
+        resume: false,
     })
 }
 
@@ -125,13 +126,16 @@ fn a_kept_recording_reads_back_exactly() {
         workload: PathBuf::new(),
         scratch: PathBuf::new(),
         direct_marks: false,
+        resume: false,
     };
-    let recorded = campaign::Recorded { base, rec: rec.clone() };
+    let recorded =
+        campaign::Recorded { base, rec: rec.clone(), prior: vec!["ack 1 before".into()], origin: None };
     campaign::save(&setup, &recorded, &dir.path().join("kept")).unwrap();
     let (fs, kind, seed, back) = campaign::load(&dir.path().join("kept")).unwrap();
     assert_eq!((fs, kind.as_str(), seed), (Fs::Xfs, "sync", 9));
     assert_eq!(back.rec.events, rec.events);
     assert_eq!(back.rec.data, rec.data);
+    assert_eq!(back.prior, ["ack 1 before"]);
     // A damaged file is an error naming the line, not a panic.
     std::fs::write(dir.path().join("kept/events.txt"), "fs ext4\nkind sync\nseed 1\nW 1 99 0\n").unwrap();
     let e = campaign::load(&dir.path().join("kept")).unwrap_err();

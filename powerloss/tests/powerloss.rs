@@ -17,6 +17,7 @@
 
 use powerloss::campaign::{self, Plan, Setup};
 use powerloss::device::{self, Fs};
+use powerloss::image::ImageSpec;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -49,6 +50,7 @@ fn suite(fs: Fs, plan: Plan) {
             workload: PathBuf::from(env!("CARGO_BIN_EXE_powerloss-workload")),
             scratch: PathBuf::from(format!("/dev/shm/walpowerloss-ci-{fs}-{kind}-{}", std::process::id())),
             direct_marks: true,
+            resume: false,
         };
         let result = campaign::campaign(&setup, &plan, &keep);
         let _ = std::fs::remove_dir_all(&setup.scratch);
@@ -70,6 +72,12 @@ fn suite(fs: Fs, plan: Plan) {
         "powerloss {fs}: {images} images checked, {required} acknowledgements required, {} failed",
         failures.len()
     ));
+    verdict(&failures, &broken);
+}
+
+/// Fails on any image that lost acknowledged data (the words `tools/mutants.sh` looks for),
+/// then on anything that kept the suite from recording or checking.
+fn verdict(failures: &[String], broken: &[String]) {
     assert!(
         failures.is_empty(),
         "{} images lost acknowledged data:\n{}",
@@ -87,6 +95,67 @@ fn ext4_images_at_flush_points_and_between_keep_every_acknowledgement() {
 #[test]
 fn xfs_images_at_flush_points_and_between_keep_every_acknowledgement() {
     suite(Fs::Xfs, Plan { flush_points: Some(60), between: 15, seed: SEED });
+}
+
+/// A power loss during recovery: images of the `sync` workload's first run (between images late
+/// in the run, where a torn tail, a half-made spare or a recycled file may be left, and a flush
+/// point) are where a second run starts with `--resume`. Its open is the recovery and its writes
+/// land on what recovery left; a second power loss is then simulated at that run's own flush
+/// points and between them, and every image must honour the first run's acknowledgements (those
+/// the starting image had to honour) and the second run's.
+#[test]
+fn ext4_a_second_power_loss_after_recovery_keeps_every_acknowledgement() {
+    let fs = Fs::Ext4;
+    if let Some(why) = device::unavailable(fs) {
+        say(&format!("powerloss {fs} resumed: SKIPPED, the suite cannot run here: {why}"));
+        return;
+    }
+    let keep = root().join("target/powerloss-failures");
+    let scratch =
+        |what: &str| PathBuf::from(format!("/dev/shm/walpowerloss-ci-resume-{what}-{}", std::process::id()));
+    let first = Setup {
+        fs,
+        kind: "sync".into(),
+        seed: SEED,
+        workload: PathBuf::from(env!("CARGO_BIN_EXE_powerloss-workload")),
+        scratch: scratch("first"),
+        direct_marks: true,
+        resume: false,
+    };
+    let recorded = campaign::record(&first).unwrap();
+    // Late windows: the log is large, has been truncated, purged and reopened.
+    let windows = powerloss::image::windows(&recorded.rec).len();
+    let late: Vec<usize> =
+        campaign::busy_windows(&recorded.rec).into_iter().filter(|&w| w >= windows / 2).collect();
+    assert!(late.len() >= 3, "too few busy windows late in the run: {late:?}");
+    let mut rng = fastrand::Rng::with_seed(SEED);
+    let mut origins: Vec<ImageSpec> = (0..3)
+        .map(|_| ImageSpec { window: late[rng.usize(..late.len())], subset: Some(rng.u64(..)) })
+        .collect();
+    origins.push(ImageSpec { window: windows * 3 / 4, subset: None });
+    let (mut failures, mut broken, mut images) = (Vec::new(), Vec::new(), 0);
+    for (i, origin) in origins.into_iter().enumerate() {
+        let second =
+            Setup { seed: SEED + 100 + i as u64, resume: true, scratch: scratch("second"), ..first.clone() };
+        let plan = Plan { flush_points: Some(25), between: 10, seed: SEED + i as u64 };
+        match campaign::resumed(&first, &recorded, origin, &second, &plan, &keep) {
+            Ok((rec, s)) => {
+                say(&format!(
+                    "powerloss {fs} sync resumed on the first run's {origin} ({} of its acknowledgements required): {}",
+                    rec.prior.len(),
+                    campaign::report(&second, &rec, &s)
+                ));
+                assert!(rec.acks() > 50, "the resumed run did too little: {}", rec.acks());
+                images += s.images;
+                failures.extend(s.failures.into_iter().map(|(_, f)| f));
+            }
+            Err(e) => broken.push(e),
+        }
+        let _ = std::fs::remove_dir_all(&second.scratch);
+    }
+    let _ = std::fs::remove_dir_all(&first.scratch);
+    say(&format!("powerloss {fs} resumed: {images} images checked, {} failed", failures.len()));
+    verdict(&failures, &broken);
 }
 
 #[test]

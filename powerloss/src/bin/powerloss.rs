@@ -139,6 +139,7 @@ fn run(
                 workload: workload.to_path_buf(),
                 scratch: scratch.to_path_buf(),
                 direct_marks: true,
+                resume: false,
             };
             match campaign::campaign(&setup, plan, keep) {
                 Ok((rec, s)) => {
@@ -225,8 +226,10 @@ fn image_one(
         workload: workload.to_path_buf(),
         scratch: scratch.to_path_buf(),
         direct_marks: true,
+        resume: false,
     };
-    let required = image::required(&recorded.rec, spec.window);
+    let mut required = recorded.prior.clone();
+    required.extend(image::required(&recorded.rec, spec.window));
     if let Some(out) = out {
         let built = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"))
             .and_then(|mut c| c.build(spec, out));

@@ -2,7 +2,7 @@
 //! `powerloss/README.md`).
 //!
 //! ```text
-//! powerloss-workload run <sync|async|pipeline|raft> --dir DIR --seed N [--handshake] [--marks FILE]
+//! powerloss-workload run <sync|async|pipeline|raft> --dir DIR --seed N [--handshake] [--marks FILE] [--resume]
 //! powerloss-workload check <sync|async|pipeline|raft> --dir DIR --acks FILE
 //! ```
 //!
@@ -81,6 +81,10 @@ enum Cmd {
         /// from the acknowledging thread before it prints.
         #[arg(long)]
         marks: Option<PathBuf>,
+        /// Carry on the log a power loss left in DIR (which must hold one) instead of creating
+        /// it: the open is the recovery. `sync` only.
+        #[arg(long)]
+        resume: bool,
     },
     /// Check a (crash image's) log against ack lines.
     Check {
@@ -99,8 +103,15 @@ fn run(
     seed: u64,
     handshake: bool,
     marks: Option<&std::path::Path>,
+    resume: bool,
 ) -> Result<(), String> {
-    if dir.exists() {
+    if resume && kind != Kind::Sync {
+        return Err("--resume is for the sync workload".into());
+    }
+    if resume && !dir.is_dir() {
+        return Err(format!("{} holds no log to resume", dir.display()));
+    }
+    if dir.exists() && !resume {
         return Err(format!("{} exists: the workload creates the log", dir.display()));
     }
     if !dir.parent().is_some_and(|p| p.as_os_str().is_empty() || p.is_dir()) {
@@ -117,6 +128,7 @@ fn run(
     };
     let acker = acks::Acker::new(handshake, marks);
     match kind {
+        Kind::Sync if resume => sync::resume(dir, seed, &acker),
         Kind::Sync => sync::run(dir, seed, &acker),
         Kind::Async => asynchronous::run(dir, seed, &acker),
         Kind::Pipeline => pipeline::run(dir, seed, &acker),
@@ -144,8 +156,8 @@ fn main() {
         }
     };
     let code = match cli.cmd {
-        Cmd::Run { kind, dir, seed, handshake, marks } => {
-            match run(kind, &dir, seed, handshake, marks.as_deref()) {
+        Cmd::Run { kind, dir, seed, handshake, marks, resume } => {
+            match run(kind, &dir, seed, handshake, marks.as_deref(), resume) {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("powerloss-workload run {}: {e}", kind.name());

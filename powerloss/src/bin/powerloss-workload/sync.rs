@@ -119,6 +119,17 @@ impl Run<'_> {
         self.acker.say(&Ack::Purge { below })
     }
 
+    /// One to ten appends, one sync, their acknowledgements.
+    fn round(&mut self) -> Result<(), String> {
+        let n = 1 + self.rng.below(10);
+        let lsns = self.append(n)?;
+        self.sync_and_ack(&lsns)
+    }
+
+    fn close(mut self) -> Result<(), String> {
+        self.wal.take().ok_or("the log is not open")?.close().map_err(|e| format!("close: {e}"))
+    }
+
     fn reopen(&mut self, clean: bool) -> Result<(), String> {
         let wal = self.wal.take().ok_or("the log is not open")?;
         if clean {
@@ -143,9 +154,36 @@ pub fn run(dir: &Path, seed: u64, acker: &Acker) -> Result<(), String> {
             _ if round % 9 == 8 => r.wal()?.rotate().map_err(|e| format!("rotate: {e}"))?,
             _ => {}
         }
-        let n = 1 + r.rng.below(10);
-        let lsns = r.append(n)?;
-        r.sync_and_ack(&lsns)?;
+        r.round()?;
     }
-    r.wal.take().ok_or("the log is not open")?.close().map_err(|e| format!("close: {e}"))
+    r.close()
+}
+
+/// Rounds of a resumed run: enough for several rotations and one truncation after recovery.
+const RESUME_ROUNDS: u64 = 40;
+
+/// Carries on a log a power loss left (`run sync --resume`): the open is the recovery (a torn
+/// tail cut, a half-made spare or recycled file dealt with) and every write after it lands on
+/// what recovery left, which is what a second power loss then tests. New entries use the seed
+/// `seed` and the highest generation among the live entries, so they are told apart from the
+/// first run's and no acknowledged truncation of it is contradicted (a generation only grows).
+pub fn resume(dir: &Path, seed: u64, acker: &Acker) -> Result<(), String> {
+    let mut r = Run { dir, seed, acker, rng: Rng::new(seed), wal: None, gen: 0, epoch: Epoch(0) };
+    r.open()?;
+    let live = r
+        .wal()?
+        .replay()
+        .and_then(|p| p.collect_entries())
+        .map_err(|e| format!("replay after recovery: {e}"))?;
+    r.gen = live.iter().filter_map(|(_, p)| crate::acks::decode(p)).map(|(_, _, g)| g).max().unwrap_or(0);
+    for round in 0..RESUME_ROUNDS {
+        match round {
+            12 => r.truncate()?,
+            25 => r.advance_epoch()?,
+            _ if round % 7 == 6 => r.wal()?.rotate().map_err(|e| format!("rotate: {e}"))?,
+            _ => {}
+        }
+        r.round()?;
+    }
+    r.close()
 }
