@@ -67,9 +67,20 @@ pub fn unavailable(fs: Fs) -> Option<String> {
             return Some(format!("{tool} is not installed"));
         }
     }
-    let known = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
-    if !known.split_whitespace().any(|w| w == fs.name()) && !Path::new("/sbin/modprobe").exists() {
-        return Some(format!("the kernel has no {fs}"));
+    let known = || {
+        std::fs::read_to_string("/proc/filesystems")
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|w| w == fs.name())
+    };
+    if !known() {
+        // A module not loaded yet: load it, then look again.
+        let _ = Command::new("modprobe").arg(fs.name()).output();
+        if !known() {
+            return Some(format!(
+                "the kernel has no {fs} (not in /proc/filesystems, and modprobe did not load it)"
+            ));
+        }
     }
     None
 }
