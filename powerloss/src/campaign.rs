@@ -298,6 +298,23 @@ pub fn select(plan: &Plan, rec: &Recording) -> Vec<ImageSpec> {
     specs
 }
 
+/// Where resumed runs start: `n` images late in the first run (its second half, where the log is
+/// large and has been truncated, purged and reopened): between images in busy windows, the last
+/// one a flush point. Seeded.
+pub fn resume_origins(rec: &Recording, n: usize, seed: u64) -> Vec<ImageSpec> {
+    let windows = image::windows(rec).len();
+    let late: Vec<usize> = busy_windows(rec).into_iter().filter(|&w| w >= windows / 2).collect();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut out: Vec<ImageSpec> = (0..n.saturating_sub(1))
+        .filter(|_| !late.is_empty())
+        .map(|_| ImageSpec { window: late[rng.usize(..late.len())], subset: Some(rng.u64(..)) })
+        .collect();
+    if n > 0 {
+        out.push(ImageSpec { window: windows * 3 / 4, subset: None });
+    }
+    out
+}
+
 /// The windows with at least two block events: where a between image differs from the
 /// flush-point image by more than one write.
 pub fn busy_windows(rec: &Recording) -> Vec<usize> {

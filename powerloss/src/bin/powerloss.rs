@@ -45,6 +45,10 @@ enum Cmd {
         /// Where a failing recording is kept.
         #[arg(long, default_value = "target/powerloss-failures")]
         keep: PathBuf,
+        /// Runs of the `sync` workload resumed on images of its first run, on each file system
+        /// (a second power loss after recovery).
+        #[arg(long, default_value_t = 0)]
+        resumed: usize,
         /// Also write the summary as JSON (the committed one is
         /// `reliability/powerloss-summary.json`).
         #[arg(long)]
@@ -97,7 +101,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.cmd {
-        Cmd::Run { fs, kinds, seed, all, flush_points, between, scratch, keep, json } => {
+        Cmd::Run { fs, kinds, seed, all, flush_points, between, scratch, keep, resumed, json } => {
             let fs = if fs.is_empty() { vec![Fs::Ext4] } else { fs };
             let kinds = if kinds.is_empty() {
                 ["sync", "async", "pipeline", "raft"].map(String::from).to_vec()
@@ -105,7 +109,7 @@ fn main() -> ExitCode {
                 kinds
             };
             let plan = Plan { flush_points: (!all).then_some(flush_points), between, seed };
-            run(&fs, &kinds, seed, &plan, &workload, &scratch, &keep, json.as_deref())
+            run(&fs, &kinds, seed, &plan, &workload, &scratch, &keep, resumed, json.as_deref())
         }
         Cmd::Image { recording, window, subset, scratch, out } => {
             image_one(&recording, ImageSpec { window, subset }, &workload, &scratch, out.as_deref())
@@ -122,6 +126,7 @@ fn run(
     workload: &Path,
     scratch: &Path,
     keep: &Path,
+    resumed: usize,
     json: Option<&Path>,
 ) -> ExitCode {
     let mut failed = false;
@@ -154,6 +159,9 @@ fn run(
                         "acknowledgements_required": s.required, "losses": s.failures.len(),
                     }));
                     failed |= !s.failures.is_empty();
+                    if kind == "sync" {
+                        failed |= run_resumed(&setup, &rec, resumed, plan, keep, &mut rows);
+                    }
                 }
                 Err(e) => {
                     println!("FAIL {fs} {kind} seed {seed}: {e}");
@@ -193,6 +201,48 @@ fn run(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The `sync` run resumed `n` times on images of `first`'s recording; whether any failed.
+fn run_resumed(
+    first: &Setup,
+    rec: &campaign::Recorded,
+    n: usize,
+    plan: &Plan,
+    keep: &Path,
+    rows: &mut Vec<serde_json::Value>,
+) -> bool {
+    let mut failed = false;
+    for (i, origin) in campaign::resume_origins(&rec.rec, n, first.seed).into_iter().enumerate() {
+        let seed = first.seed + 100 + i as u64;
+        let second =
+            Setup { seed, resume: true, scratch: first.scratch.with_extension("resumed"), ..first.clone() };
+        match campaign::resumed(first, rec, origin, &second, plan, keep) {
+            Ok((again, s)) => {
+                println!(
+                    "resumed on {origin} ({} acknowledgements of the first run): {}",
+                    again.prior.len(),
+                    campaign::report(&second, &again, &s)
+                );
+                for (_, f) in &s.failures {
+                    println!("FAIL {f}");
+                }
+                rows.push(serde_json::json!({
+                    "fs": first.fs.name(), "kind": "sync-resumed", "seed": seed, "origin": origin.to_string(),
+                    "flushes": again.flushes(), "acknowledgements": again.acks(), "prior_acknowledgements": again.prior.len(),
+                    "images": s.images, "between_images": s.between, "repaired_by_fsck": s.repaired,
+                    "acknowledgements_required": s.required, "losses": s.failures.len(),
+                }));
+                failed |= !s.failures.is_empty();
+            }
+            Err(e) => {
+                println!("FAIL {} sync resumed on {origin}: {e}", first.fs);
+                failed = true;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&second.scratch);
+    }
+    failed
 }
 
 fn image_one(
