@@ -332,7 +332,7 @@ pub fn busy_windows(rec: &Recording) -> Vec<usize> {
 /// Builds and checks each image of `specs`, in order.
 pub fn check_all(setup: &Setup, recorded: &Recorded, specs: &[ImageSpec]) -> Result<Summary, String> {
     let s = &setup.scratch;
-    let mut cursor = Cursor::new(&recorded.rec, &recorded.base, &s.join("work.img"))
+    let mut cursor = Cursor::new(&recorded.rec, &recorded.base, &s.join("work.img"), setup.fs.torn_sector())
         .map_err(|e| format!("working copy: {e}"))?;
     let mut summary = Summary::default();
     for &spec in specs {
@@ -516,8 +516,13 @@ pub fn resumed(
     keep: &Path,
 ) -> Result<(Recorded, Summary), String> {
     let start = first.scratch.join("resume-from.img");
-    let mut cursor = Cursor::new(&recorded.rec, &recorded.base, &first.scratch.join("resume-work.img"))
-        .map_err(|e| format!("working copy: {e}"))?;
+    let mut cursor = Cursor::new(
+        &recorded.rec,
+        &recorded.base,
+        &first.scratch.join("resume-work.img"),
+        first.fs.torn_sector(),
+    )
+    .map_err(|e| format!("working copy: {e}"))?;
     cursor.build(origin, &start).map_err(|e| format!("building {origin}: {e}"))?;
     let what = format!("resuming from {} {} seed {} {origin}", first.fs, first.kind, first.seed);
     let mut again = match record_from(second, Some(&start)) {

@@ -35,6 +35,18 @@ impl Fs {
         }
     }
 
+    /// What a torn write keeps or loses whole in this file system's images. ext4: 512 B sectors,
+    /// the harshest drive. xfs: 4 KiB, a drive with 4 KiB physical sectors (512e or 4Kn): at
+    /// 512 B, a metadata block torn while xfs's own log recovery wrote it in place fails its CRC
+    /// in the next recovery, which then refuses to mount (seen in resumed runs) and only
+    /// `xfs_repair -L`, discarding the log, gets past it.
+    pub fn torn_sector(self) -> u64 {
+        match self {
+            Fs::Ext4 => 512,
+            Fs::Xfs => 4096,
+        }
+    }
+
     fn mkfs(self) -> &'static str {
         match self {
             Fs::Ext4 => "mkfs.ext4",

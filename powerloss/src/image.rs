@@ -23,7 +23,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// The sector a write can be torn at.
+/// The smallest sector a write can be torn at.
 pub const SECTOR: u64 = 512;
 
 /// One image: the window and, for a between image, the seed of its subset.
@@ -70,14 +70,25 @@ pub struct Cursor<'a> {
     file: File,
     /// Events before this position are applied to `work`.
     applied: usize,
+    /// What a torn write keeps or loses whole: [`SECTOR`], or a file system's own block where
+    /// the model is a drive with larger atomic sectors.
+    sector: u64,
 }
 
 impl<'a> Cursor<'a> {
-    /// Starts from a copy of `base` (the disk before the first event) at `work`.
-    pub fn new(rec: &'a Recording, base: &Path, work: &Path) -> io::Result<Cursor<'a>> {
+    /// Starts from a copy of `base` (the disk before the first event) at `work`; writes tear at
+    /// `sector` bytes.
+    pub fn new(rec: &'a Recording, base: &Path, work: &Path, sector: u64) -> io::Result<Cursor<'a>> {
         sparse_copy(base, work)?;
         let file = std::fs::OpenOptions::new().read(true).write(true).open(work)?;
-        Ok(Cursor { rec, windows: windows(rec), work: work.to_path_buf(), file, applied: 0 })
+        Ok(Cursor {
+            rec,
+            windows: windows(rec),
+            work: work.to_path_buf(),
+            file,
+            applied: 0,
+            sector: sector.max(SECTOR),
+        })
     }
 
     pub fn windows(&self) -> usize {
@@ -91,7 +102,7 @@ impl<'a> Cursor<'a> {
             return Err(io::Error::other(format!("{spec}: the cursor is already past it")));
         }
         for i in self.applied..start {
-            apply(self.rec, &self.rec.events[i], &self.file, None)?;
+            apply(self.rec, &self.rec.events[i], &self.file, None, self.sector)?;
         }
         self.applied = start;
         sparse_copy(&self.work, out)?;
@@ -105,7 +116,7 @@ impl<'a> Cursor<'a> {
             rng.shuffle(&mut kept);
             for i in kept {
                 let torn = rng.u8(..4) == 0;
-                apply(self.rec, &self.rec.events[i], &img, torn.then_some(&mut rng))?;
+                apply(self.rec, &self.rec.events[i], &img, torn.then_some(&mut rng), self.sector)?;
             }
         }
         Ok(())
@@ -114,21 +125,29 @@ impl<'a> Cursor<'a> {
 
 /// Applies one block event to `file`; with `tear`, a write keeps only a random subset of its
 /// sectors (at least one dropped when it spans more than one).
-fn apply(rec: &Recording, e: &Event, file: &File, tear: Option<&mut fastrand::Rng>) -> io::Result<()> {
+fn apply(
+    rec: &Recording,
+    e: &Event,
+    file: &File,
+    tear: Option<&mut fastrand::Rng>,
+    sector: u64,
+) -> io::Result<()> {
     match *e {
         Event::Write { offset, len, at } => {
             let data = rec.bytes(at, len);
             match tear {
                 None => file.write_all_at(data, offset),
                 Some(rng) => {
-                    let sectors = (len as u64).div_ceil(SECTOR);
+                    // Sectors of the disk, not of the write: a write need not start on one.
+                    let first = offset / sector;
+                    let sectors = (offset + len as u64).div_ceil(sector) - first;
                     let dropped = rng.u64(..sectors.max(1));
                     for s in 0..sectors {
                         if s == dropped || (sectors > 2 && rng.u8(..4) == 0) {
                             continue;
                         }
-                        let a = (s * SECTOR) as usize;
-                        let b = ((s + 1) * SECTOR).min(len as u64) as usize;
+                        let a = ((first + s) * sector).saturating_sub(offset).min(len as u64) as usize;
+                        let b = ((first + s + 1) * sector - offset).min(len as u64) as usize;
                         file.write_all_at(&data[a..b], offset + a as u64)?;
                     }
                     Ok(())

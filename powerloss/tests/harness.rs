@@ -99,7 +99,8 @@ fn a_workload_that_acknowledges_before_fsync_is_caught() {
     let scratch = PathBuf::from(format!("/dev/shm/walpowerloss-harness-again-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).unwrap();
     let s2 = Setup { scratch: scratch.clone(), ..setup };
-    let mut cursor = image::Cursor::new(&again.rec, &again.base, &scratch.join("work.img")).unwrap();
+    let mut cursor =
+        image::Cursor::new(&again.rec, &again.base, &scratch.join("work.img"), fs.torn_sector()).unwrap();
     let r = campaign::check_one(&s2, &mut cursor, *spec, &required);
     let _ = std::fs::remove_dir_all(&scratch);
     assert!(r.is_err(), "the rebuilt image passed: {r:?}");

@@ -281,7 +281,7 @@ fn image_one(
     let mut required = recorded.prior.clone();
     required.extend(image::required(&recorded.rec, spec.window));
     if let Some(out) = out {
-        let built = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"))
+        let built = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"), fs.torn_sector())
             .and_then(|mut c| c.build(spec, out));
         let _ = std::fs::remove_dir_all(scratch);
         return match built {
@@ -300,7 +300,7 @@ fn image_one(
             }
         };
     }
-    let result = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"))
+    let result = Cursor::new(&recorded.rec, &recorded.base, &scratch.join("work.img"), fs.torn_sector())
         .map_err(|e| e.to_string())
         .and_then(|mut c| campaign::check_one(&setup, &mut c, spec, &required));
     let _ = std::fs::remove_dir_all(scratch);
