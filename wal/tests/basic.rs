@@ -294,3 +294,52 @@ fn replay_from_every_lsn_of_a_multi_segment_log_starts_there() {
         assert_eq!(got[..], all[from as usize - 1..]);
     }
 }
+
+/// The top-level fields of a struct's `{:#?}` output, with their values as Debug prints them.
+fn debug_fields(debug: &str) -> Vec<(String, String)> {
+    debug
+        .lines()
+        .filter_map(|l| l.strip_prefix("    ").filter(|l| !l.starts_with(' ')))
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.trim_end_matches(',').to_string()))
+        .collect()
+}
+
+/// docs/configuration.md gives every option of `Options` and `AsyncOptions` with its default as
+/// the code has it (a row `| `name` | `Debug of the default` | ...`, so a changed default or a
+/// new option fails here until the page says so), and the disk a new one-entry log takes.
+#[test]
+fn the_configuration_page_gives_every_default_and_what_a_new_log_takes_on_disk() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let page = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
+    let section = |title: &str| {
+        let start = page.find(title).unwrap_or_else(|| panic!("no {title} section"));
+        let rest = &page[start..];
+        rest[..rest[3..].find("\n## ").map_or(rest.len(), |e| e + 3)].to_string()
+    };
+    for (title, debug) in [
+        ("## `Options`", format!("{:#?}", Options::default())),
+        ("## `AsyncOptions`", format!("{:#?}", wal::AsyncOptions::default())),
+    ] {
+        let text = section(title);
+        let fields = debug_fields(&debug);
+        assert!(fields.len() >= 8, "{debug}");
+        for (name, value) in &fields {
+            let row = format!("| `{name}` | `{value}` |");
+            assert!(text.contains(&row), "{title} lacks the row starting `{row}`");
+        }
+        let rows = text.lines().filter(|l| l.starts_with("| `")).count();
+        assert_eq!(rows, fields.len(), "{title}: a row for an option that does not exist");
+    }
+    // A new log with the defaults, one entry, closed: the active segment and the spare prepared
+    // for the next rotation, each a whole segment of zeros.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = Wal::open(dir.path(), Options::default()).unwrap();
+    log.append(Epoch(0), b"one").unwrap();
+    log.sync().unwrap();
+    log.close().unwrap();
+    let bytes: u64 =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+    let said = format!("<!-- new-log-bytes -->{bytes} bytes");
+    assert!(page.contains(&said), "docs/configuration.md should say `{said}`");
+}
