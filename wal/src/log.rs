@@ -109,7 +109,8 @@ pub struct Options {
     /// How new segment files get their zero bytes (FORMAT.md section 4: both read the same).
     pub segment_fill: SegmentFill,
     /// How many purged segment files a purge may set aside (`{seq}.recycle`) to become later
-    /// segments, overwritten with zeros, instead of removing them: overwriting page-cache pages
+    /// segments, their old contents kept beside a stale table (FORMAT.md section 2.2), instead
+    /// of removing them: overwriting page-cache pages
     /// and disk blocks that exist costs less than allocating new ones (README), and cannot run
     /// out of space. They count against `max_log_bytes` like spares. 0 removes every purged
     /// file.
