@@ -185,10 +185,39 @@ impl Drop for Loop {
         // only once free).
         for _ in 0..20 {
             if run(Command::new("losetup").arg("-d").arg(&self.dev)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // `losetup -d` of a device something still holds open only marks it to be cleared on
+        // the last close, and until then it keeps its backing file open: a FUSE file system
+        // under it could not be unmounted yet. Wait (bounded) until the kernel let go.
+        let Some(name) = self.dev.file_name() else { return };
+        let backing = Path::new("/sys/block").join(name).join("loop/backing_file");
+        for _ in 0..100 {
+            if !backing.exists() {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
+    }
+}
+
+/// Whether `dir` is a mount point now (`/proc/self/mounts`, octal escapes and all).
+pub fn is_mounted(dir: &Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else { return false };
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(want.as_str()))
+}
+
+/// Unmounts `dir` lazily if it is still mounted: the last resort for a mount whose server is
+/// gone, so that nothing is left mounted under the scratch directory.
+pub fn unmount_lazily(dir: &Path) {
+    if is_mounted(dir) {
+        let _ = run(Command::new("umount").arg("-l").arg(dir));
     }
 }
 

@@ -388,13 +388,22 @@ impl Recorder {
 
     /// Unmounts and returns everything logged.
     pub fn finish(mut self) -> Recording {
-        drop(self.session.take());
+        self.unmount();
         self.log.snapshot()
+    }
+
+    /// Ends the session (fuser unmounts, but only logs a failure); if the mount is still
+    /// there, detaches it lazily.
+    fn unmount(&mut self) {
+        if let Some(session) = self.session.take() {
+            drop(session);
+            crate::device::unmount_lazily(&self.mountpoint);
+        }
     }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        drop(self.session.take());
+        self.unmount();
     }
 }

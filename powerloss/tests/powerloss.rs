@@ -52,6 +52,7 @@ fn suite(fs: Fs, plan: Plan) {
             resume: false,
         };
         let result = campaign::campaign(&setup, &plan, &keep);
+        assert!(!device::is_mounted(&setup.scratch.join("fuse")), "the recorder was left mounted");
         let _ = std::fs::remove_dir_all(&setup.scratch);
         match result {
             Ok((rec, s)) => {
@@ -146,8 +147,10 @@ fn ext4_a_second_power_loss_after_recovery_keeps_every_acknowledgement() {
             }
             Err(e) => broken.push(e),
         }
+        assert!(!device::is_mounted(&second.scratch.join("fuse")), "the recorder was left mounted");
         let _ = std::fs::remove_dir_all(&second.scratch);
     }
+    assert!(!device::is_mounted(&first.scratch.join("fuse")), "the recorder was left mounted");
     let _ = std::fs::remove_dir_all(&first.scratch);
     say(&format!("powerloss {fs} resumed: {images} images checked, {} failed", failures.len()));
     verdict(&failures, &broken);
