@@ -205,7 +205,8 @@ impl Drop for Loop {
 
 /// Whether `dir` is a mount point now (`/proc/self/mounts`, octal escapes and all).
 pub fn is_mounted(dir: &Path) -> bool {
-    let Ok(dir) = dir.canonicalize() else { return false };
+    // A mount whose server is gone answers ENOTCONN to a lookup: fall back to the path given.
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let want = dir.to_string_lossy().replace(' ', "\\040");
     std::fs::read_to_string("/proc/self/mounts")
         .unwrap_or_default()
