@@ -119,6 +119,9 @@ pub fn record(setup: &Setup) -> Result<Recorded, String> {
 /// fresh file system.
 pub fn record_from(setup: &Setup, from: Option<&Path>) -> Result<Recorded, String> {
     let s = &setup.scratch;
+    // A recorder left mounted there by a run that was killed would make the removal below
+    // descend into it (or fail on a dead mount): detach it first.
+    crate::device::unmount_lazily(&s.join("fuse"));
     let _ = std::fs::remove_dir_all(s);
     std::fs::create_dir_all(s.join("fuse")).map_err(|e| format!("{}: {e}", s.display()))?;
     let base = s.join("base.img");

@@ -106,6 +106,19 @@ fn a_workload_that_acknowledges_before_fsync_is_caught() {
     assert!(r.is_err(), "the rebuilt image passed: {r:?}");
 }
 
+/// A setup that only names a recording to keep (no workload is run).
+fn kept_only(fs: Fs, seed: u64) -> Setup {
+    Setup {
+        fs,
+        kind: "sync".into(),
+        seed,
+        workload: PathBuf::new(),
+        scratch: PathBuf::new(),
+        direct_marks: false,
+        resume: false,
+    }
+}
+
 #[test]
 fn a_kept_recording_reads_back_exactly() {
     let rec = powerloss::recorder::Recording {
@@ -120,15 +133,7 @@ fn a_kept_recording_reads_back_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("b.img");
     std::fs::write(&base, vec![0u8; 8192]).unwrap();
-    let setup = Setup {
-        fs: Fs::Xfs,
-        kind: "sync".into(),
-        seed: 9,
-        workload: PathBuf::new(),
-        scratch: PathBuf::new(),
-        direct_marks: false,
-        resume: false,
-    };
+    let setup = kept_only(Fs::Xfs, 9);
     let recorded =
         campaign::Recorded { base, rec: rec.clone(), prior: vec!["ack 1 before".into()], origin: None };
     campaign::save(&setup, &recorded, &dir.path().join("kept")).unwrap();
@@ -141,4 +146,41 @@ fn a_kept_recording_reads_back_exactly() {
     std::fs::write(dir.path().join("kept/events.txt"), "fs ext4\nkind sync\nseed 1\nW 1 99 0\n").unwrap();
     let e = campaign::load(&dir.path().join("kept")).unwrap_err();
     assert!(e.contains("event line 4"), "{e}");
+}
+
+/// `powerloss image --scratch DIR` works in a directory of its own under DIR and removes only
+/// that: a mistyped `--scratch` (a home, a log directory) loses nothing, and two runs at once do
+/// not wipe each other's work.
+#[test]
+fn the_scratch_directory_named_is_never_wiped() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("keep"), b"the operator's file").unwrap();
+    let rec = powerloss::recorder::Recording {
+        events: vec![Event::Write { offset: 512, len: 3, at: 0 }, Event::Flush],
+        data: vec![7, 8, 9],
+    };
+    let base = t.path().join("b.img");
+    std::fs::write(&base, vec![0u8; 4096]).unwrap();
+    let setup = kept_only(Fs::Ext4, 1);
+    let kept = t.path().join("kept");
+    campaign::save(&setup, &campaign::Recorded { base, rec, prior: Vec::new(), origin: None }, &kept)
+        .unwrap();
+    let out = t.path().join("one.img");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_powerloss"))
+        .args(["image", "--window", "1", "--recording"])
+        .arg(&kept)
+        .arg("--scratch")
+        .arg(t.path())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(std::fs::read(t.path().join("keep")).unwrap(), b"the operator's file");
+    assert_eq!(&std::fs::read(&out).unwrap()[512..515], &[7, 8, 9], "the image holds the flushed write");
+    let left: Vec<_> = std::fs::read_dir(t.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(
+        !left.iter().any(|n| n.to_string_lossy().starts_with("walpowerloss-")),
+        "its own directory is gone: {left:?}"
+    );
 }

@@ -40,7 +40,9 @@ enum Cmd {
         #[arg(long, default_value_t = 8)]
         between: usize,
         /// Scratch directory (tmpfs is best).
-        #[arg(long, default_value = "/dev/shm/walpowerloss")]
+        /// Where this run makes (and at the end removes) its own working directory,
+        /// `walpowerloss-<pid>`: nothing else there is touched (tmpfs is best).
+        #[arg(long, default_value = "/dev/shm")]
         scratch: PathBuf,
         /// Where a failing recording is kept.
         #[arg(long, default_value = "target/powerloss-failures")]
@@ -62,7 +64,8 @@ enum Cmd {
         window: usize,
         #[arg(long)]
         subset: Option<u64>,
-        #[arg(long, default_value = "/dev/shm/walpowerloss-image")]
+        /// Where this run makes (and removes) its own working directory, as for `run`.
+        #[arg(long, default_value = "/dev/shm")]
         scratch: PathBuf,
         /// Write the image to this file and stop (to look at it with e2fsck, xfs_repair or a
         /// mount of your own) instead of checking it.
@@ -73,6 +76,13 @@ enum Cmd {
 
 fn parse_fs(s: &str) -> Result<Fs, String> {
     Fs::parse(s).ok_or_else(|| format!("{s}: ext4 or xfs"))
+}
+
+/// This process's own working directory under `parent`: a run removes its working directory
+/// whole, so it must never be a directory the operator named (a wrong `--scratch` would be
+/// wiped), nor one another run is using at the same time.
+fn private(parent: &Path, what: &str) -> PathBuf {
+    parent.join(format!("walpowerloss-{what}-{}", std::process::id()))
 }
 
 fn workload_binary() -> Result<PathBuf, String> {
@@ -109,11 +119,25 @@ fn main() -> ExitCode {
                 kinds
             };
             let plan = Plan { flush_points: (!all).then_some(flush_points), between, seed };
-            run(&fs, &kinds, seed, &plan, &workload, &scratch, &keep, resumed, json.as_deref())
+            run(
+                &fs,
+                &kinds,
+                seed,
+                &plan,
+                &workload,
+                &private(&scratch, "run"),
+                &keep,
+                resumed,
+                json.as_deref(),
+            )
         }
-        Cmd::Image { recording, window, subset, scratch, out } => {
-            image_one(&recording, ImageSpec { window, subset }, &workload, &scratch, out.as_deref())
-        }
+        Cmd::Image { recording, window, subset, scratch, out } => image_one(
+            &recording,
+            ImageSpec { window, subset },
+            &workload,
+            &private(&scratch, "image"),
+            out.as_deref(),
+        ),
     }
 }
 
