@@ -31,7 +31,7 @@
 //!   indexes within twice that of the newest ([`Comparer`]). Claims are best effort: a lost
 //!   claim only delays detection to the next claim index.
 
-use crate::writer::EPOCH;
+use crate::log_store::EPOCH;
 use crate::Request;
 use catalog::Catalog;
 use openraft::EntryPayload;

@@ -2,16 +2,17 @@
 //! (issue 9, milestone 1).
 //!
 //! - [`LogStore`] / [`LogReader`] implement openraft's `RaftLogStorage` / `RaftLogReader`
-//!   (0.10.0-alpha.37, pinned exactly) over [`wal::Wal`]. An entry's LSN is its Raft index
-//!   (the log is created with `first_lsn` 0, as openraft's first index is 0). Votes, the
-//!   committed log id and the purged log id are metadata records in the same log, carried
-//!   into every new segment's state record, so purging segments never loses them. Truncation
-//!   and reset are the log's own crash-safe records (replay drops what they cut); a purge is a
-//!   metadata record first, then whole sealed segments are removed. Every write goes through
-//!   one FIFO to a writer thread that group-commits: an append returns once queued (a read
-//!   queued after it sees it, written but not durable), and its `IOFlushed` callback fires on
-//!   the writer thread only after the fdatasync that covers it returned. `save_vote`,
-//!   `save_committed`, `truncate_after` and `purge` return only once durable.
+//!   (0.10.0-alpha.37, pinned exactly) over the engine's writer thread, [`wal::AsyncWal`]
+//!   (the log is created with `first_lsn` 0, as openraft's first index is 0; an entry's LSN is
+//!   its Raft index). Votes, the committed log id and the purged log id are metadata records in
+//!   the same log, carried into every new segment's state record, so purging segments never
+//!   loses them. Truncation and reset are the log's own crash-safe records (replay drops what
+//!   they cut); a purge is a metadata record first, then whole sealed segments are removed.
+//!   Every write goes through the writer's one queue, which group-commits with one fdatasync in
+//!   flight while the next batch is written: an append returns once queued (a read after it
+//!   sees it, written but not durable), and its `IOFlushed` callback fires only after the
+//!   fdatasync that covers it completed. `save_vote`, `save_committed`, `truncate_after` and
+//!   `purge` return only once durable.
 //! - [`StateMachineStore`] implements `RaftStateMachine` over [`wal::state::Applier`] with the
 //!   reference [`catalog::Catalog`]: the same apply function the log's replay and `walcheck`
 //!   use. Snapshots are the seam's snapshot encoding (the catalog's export), installed through
@@ -53,7 +54,6 @@ pub mod net;
 pub mod node;
 mod state_machine;
 mod verify;
-mod writer;
 
 pub use claims::Claim;
 pub use codec::{

@@ -1,18 +1,21 @@
-//! [`LogStore`] (openraft's `RaftLogStorage`) and [`LogReader`] (`RaftLogReader`) over the log.
+//! [`LogStore`] (openraft's `RaftLogStorage`) and [`LogReader`] (`RaftLogReader`) over the
+//! engine's writer thread ([`wal::AsyncWal`]): group commit with one fdatasync in flight while
+//! the next batch is written, the same writer every other user of the log gets.
 //!
 //! | openraft | here |
 //! |---|---|
-//! | `append(entries, cb)` | contiguity checked, entries queued to the writer at LSN = index; returns at once (readers see them: reads queue behind the append); `cb` fires on the writer thread after the fdatasync covering them |
-//! | `save_vote` / `save_committed` | a metadata record in the same FIFO; returns after the fdatasync covering it (and every write queued before it) |
+//! | `append(entries, cb)` | contiguity checked, entries queued to the writer at LSN = index (`AsyncWal::append_at`); returns at once; `cb` fires on the acknowledgement thread once the fdatasync covering them completed |
+//! | `save_vote` / `save_committed` | a metadata record in the same queue; returns once it (and every write queued before it) is durable |
 //! | `truncate_after(Some(id))` | the log's `Truncate` record (replay drops what it cuts), durable before returning |
 //! | `truncate_after(None)` | the log's `Reset` record, durable before returning |
 //! | `purge(id)` | a metadata record holding `id` (plus a `Reset` when no entry stays above it), durable before returning; whole sealed segments at or below `id` are removed after that |
 //! | `get_log_state` / `read_vote` / `read_committed` | in memory, rebuilt at open from the log's metadata and its last live entry |
-//! | `try_get_log_entries` | from the most recent entries kept in memory when the range starts at or above the oldest of them (no wait behind the fdatasync in flight); otherwise a replay of the written log (`Bound::Written`) on the writer thread; above the purged index either way |
+//! | `try_get_log_entries` | from the most recent entries kept in memory when the range starts at or above the oldest of them (no wait behind the fdatasync in flight); otherwise a replay of the written log (`Bound::Written`: the writer writes what is queued first); above the purged index either way |
+//!
+//! A failed write or sync fences the writer (docs/invariants.md I6): every write not yet
+//! durable and every later one fails, and reads fail too.
 
 use crate::codec::{self, COMMITTED_META_KEY, PURGED_META_KEY, VOTE_META_KEY};
-pub use crate::writer::IoStats;
-use crate::writer::{self, Done, Req};
 use crate::{Entry, LogId, TypeConfig, Vote};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
@@ -20,10 +23,13 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound as RBound, RangeBounds};
 use std::path::Path;
-use std::sync::mpsc::Sender;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use wal::storage::Storage;
-use wal::{Lsn, Options, Wal};
+use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Lsn, Options, Payload, Ticket, Wal};
+
+/// Raft writes carry writer epoch 0: fencing of stale leaders is Raft's vote, not the log's.
+pub(crate) const EPOCH: Epoch = Epoch(0);
 
 /// What openraft reads back, kept in memory and rebuilt at open.
 #[derive(Debug, Default)]
@@ -109,27 +115,108 @@ impl Recent {
     }
 }
 
+/// Counters of the store's own work; the writer's (batches, fdatasyncs) come from the log.
+#[derive(Debug, Default)]
+struct Counters {
+    appends: AtomicU64,
+    entries: AtomicU64,
+    votes: AtomicU64,
+    committed: AtomicU64,
+    truncates: AtomicU64,
+    purges: AtomicU64,
+    reads: AtomicU64,
+    read_wait_ns: AtomicU64,
+    cached_reads: AtomicU64,
+}
+
+fn bump(a: &AtomicU64, n: u64) {
+    a.fetch_add(n, Ordering::Relaxed);
+}
+
+/// A copy of the log's counters since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IoStats {
+    /// Batches the writer wrote.
+    pub rounds: u64,
+    /// fdatasyncs run.
+    pub syncs: u64,
+    /// Total time spent in those syncs, in microseconds.
+    pub sync_us: u64,
+    /// `append` calls, and the entries they carried.
+    pub appends: u64,
+    pub entries: u64,
+    /// `save_vote` and `save_committed` calls.
+    pub votes: u64,
+    pub committed: u64,
+    pub truncates: u64,
+    pub purges: u64,
+    /// Reads (replication and apply) served by a replay of the written log, and the total time
+    /// they waited for the writer, in microseconds.
+    pub reads: u64,
+    pub read_wait_us: u64,
+    /// Reads served from the entries kept in memory, without the writer.
+    #[serde(default)]
+    pub cached_reads: u64,
+}
+
 #[derive(Debug)]
 struct Shared {
     known: Mutex<Known>,
-    counters: Arc<writer::Counters>,
+    counters: Counters,
+    wal: Arc<AsyncWal>,
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Known> {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn stats(&self) -> IoStats {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let c = &self.counters;
+        let w = self.wal.stats();
+        IoStats {
+            rounds: w.batches,
+            syncs: w.syncs,
+            sync_us: w.sync_latency_us.sum(),
+            appends: g(&c.appends),
+            entries: g(&c.entries),
+            votes: g(&c.votes),
+            committed: g(&c.committed),
+            truncates: g(&c.truncates),
+            purges: g(&c.purges),
+            reads: g(&c.reads),
+            read_wait_us: g(&c.read_wait_ns) / 1000,
+            cached_reads: g(&c.cached_reads),
+        }
+    }
+
+    fn fenced(&self) -> io::Result<()> {
+        match self.wal.fenced() {
+            Some(why) => Err(io::Error::other(format!("the raft log is fenced: {why}"))),
+            None => Ok(()),
+        }
+    }
 }
 
-fn stopped() -> io::Error {
-    io::Error::other("the raft log writer has stopped")
+fn err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
 }
+
+/// Waits until `ticket` is durable (or failed).
+async fn durable(ticket: Ticket) -> io::Result<()> {
+    ticket.durable().await.map(|_| ()).map_err(err)
+}
+
+/// An append's durability callback, waiting for its last entry's ticket.
+type Ack = (Ticket, IOFlushed<TypeConfig>);
 
 /// openraft's log storage over the write-ahead log. See the module docs for the mapping.
 pub struct LogStore {
     shared: Arc<Shared>,
-    tx: Sender<Req>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// To the acknowledgement thread, in append order.
+    acks: Option<std::sync::mpsc::Sender<Ack>>,
+    ack_thread: Option<std::thread::JoinHandle<()>>,
     log_id: [u8; 16],
 }
 
@@ -139,21 +226,20 @@ impl Debug for LogStore {
     }
 }
 
-/// Reads a [`LogStore`]'s writer counters (see [`LogStore::io_stats_handle`]).
+/// Reads a [`LogStore`]'s counters (see [`LogStore::io_stats_handle`]).
 #[derive(Clone, Debug)]
 pub struct IoStatsHandle(Arc<Shared>);
 
 impl IoStatsHandle {
     pub fn get(&self) -> IoStats {
-        self.0.counters.snapshot()
+        self.0.stats()
     }
 }
 
-/// A reader handle: shares the writer's FIFO, so it sees every entry appended before its read.
+/// A reader handle: shares the writer's queue, so it sees every entry appended before its read.
 #[derive(Clone)]
 pub struct LogReader {
     shared: Arc<Shared>,
-    tx: Sender<Req>,
 }
 
 impl Debug for LogReader {
@@ -168,6 +254,12 @@ pub fn log_options(segment_len_bytes: u32) -> Options {
     Options { segment_len_bytes, first_lsn: 0, create: true, ..Options::default() }
 }
 
+/// The writer's options for a Raft log: every openraft write waits for its own durability, so
+/// nothing is held back for a later sync.
+fn writer_options() -> AsyncOptions {
+    AsyncOptions::default()
+}
+
 impl LogStore {
     /// Opens (or creates) the Raft log in `dir` on real files.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> io::Result<LogStore> {
@@ -180,10 +272,6 @@ impl LogStore {
         let (wal, _report) =
             Wal::open_with(storage, Options { first_lsn: 0, ..opts }).map_err(io::Error::other)?;
         Self::start_wal(wal)
-    }
-
-    pub(crate) fn sender(&self) -> Sender<Req> {
-        self.tx.clone()
     }
 
     pub(crate) fn start_wal(mut wal: Wal) -> io::Result<LogStore> {
@@ -221,26 +309,33 @@ impl LogStore {
         }
         let log_id = wal.log_id();
         let known = Known { vote, committed: committed.flatten(), purged, last, recent: Recent::default() };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let counters = Arc::new(writer::Counters::default());
-        let thread = writer::spawn(wal, rx, counters.clone())?;
-        Ok(LogStore {
-            shared: Arc::new(Shared { known: Mutex::new(known), counters }),
-            tx,
-            thread: Some(thread),
-            log_id,
-        })
+        let wal = Arc::new(AsyncWal::start(wal, writer_options()).map_err(io::Error::other)?);
+        let (acks, rx) = std::sync::mpsc::channel::<Ack>();
+        // The tickets resolve in queue order: waiting for them in that order delivers every
+        // callback as soon as its fdatasync completed, in the order openraft gave the appends.
+        let ack_thread = std::thread::Builder::new().name("wal-raft-acks".into()).spawn(move || {
+            while let Ok((ticket, cb)) = rx.recv() {
+                cb.io_completed(ticket.wait_durable().map(|_| ()).map_err(err));
+            }
+        })?;
+        let shared = Arc::new(Shared { known: Mutex::new(known), counters: Counters::default(), wal });
+        Ok(LogStore { shared, acks: Some(acks), ack_thread: Some(ack_thread), log_id })
     }
 
-    /// A handle that reads the writer thread's counters (fdatasyncs and what they covered),
-    /// usable after the store was handed to openraft.
+    /// The writer every write of this log goes through (checkpoints are recorded with it).
+    pub(crate) fn writer(&self) -> Arc<AsyncWal> {
+        self.shared.wal.clone()
+    }
+
+    /// A handle that reads the log's counters (fdatasyncs and what they covered), usable after
+    /// the store was handed to openraft.
     pub fn io_stats_handle(&self) -> IoStatsHandle {
         IoStatsHandle(self.shared.clone())
     }
 
-    /// The writer thread's counters so far.
+    /// The log's counters so far.
     pub fn io_stats(&self) -> IoStats {
-        self.shared.counters.snapshot()
+        self.shared.stats()
     }
 
     /// The log's random identity (`wal.meta`).
@@ -248,24 +343,19 @@ impl LogStore {
         self.log_id
     }
 
-    fn send(&self, req: Req) -> io::Result<()> {
-        self.tx.send(req).map_err(|_| stopped())
-    }
-
-    async fn request(&self, make: impl FnOnce(Done) -> Req) -> io::Result<()> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.send(make(Done::Reply(tx)))?;
-        rx.await.map_err(|_| stopped())?
+    /// Stops the acknowledgement thread once every callback it holds was delivered (the
+    /// writer resolved every ticket when it stopped).
+    fn stop_acks(&mut self) {
+        drop(self.acks.take());
+        if let Some(t) = self.ack_thread.take() {
+            let _ = t.join();
+        }
     }
 
     /// Syncs, seals the log and stops the writer (a clean close; the directory lock is released).
     pub fn close(mut self) -> io::Result<()> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.send(Req::Close { done: tx })?;
-        let r = rx.recv().map_err(|_| stopped())?;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let r = self.shared.wal.close().map_err(err);
+        self.stop_acks();
         r
     }
 
@@ -273,24 +363,16 @@ impl LogStore {
     /// of the process would leave them (for tests; the durable image is what a power loss
     /// leaves).
     pub fn abandon(mut self) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        if self.send(Req::Abandon { done: tx }).is_ok() {
-            let _ = rx.recv();
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.shared.wal.abandon();
+        self.stop_acks();
     }
 }
 
 impl Drop for LogStore {
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let (tx, rx) = std::sync::mpsc::channel();
-            if self.tx.send(Req::Close { done: tx }).is_ok() {
-                let _ = rx.recv();
-            }
-            let _ = t.join();
+        if self.ack_thread.is_some() {
+            let _ = self.shared.wal.close();
+            self.stop_acks();
         }
     }
 }
@@ -310,35 +392,58 @@ fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
     (start, end)
 }
 
-async fn read_entries(shared: &Shared, tx: &Sender<Req>, start: u64, end: u64) -> io::Result<Vec<Entry>> {
-    let floor = {
+async fn read_entries(shared: &Arc<Shared>, start: u64, end: u64) -> io::Result<Vec<Entry>> {
+    let from = {
         let k = shared.lock();
         let floor = k.purged.map(|p| p.index);
         let from = floor.map_or(start, |f| start.max(f.saturating_add(1)));
         if let Some(v) = k.recent.get(from, end) {
-            if let Some(why) = shared.counters.fenced() {
-                return Err(io::Error::other(format!("the raft log is fenced: {why}")));
-            }
-            shared.counters.cached_read();
+            shared.fenced()?;
+            bump(&shared.counters.cached_reads, 1);
             return Ok(v);
         }
-        floor
+        from
     };
-    let (rtx, rrx) = tokio::sync::oneshot::channel();
-    tx.send(Req::Read { start, end, floor, reply: rtx, queued: std::time::Instant::now() })
-        .map_err(|_| stopped())?;
-    let raw = rrx.await.map_err(|_| stopped())??;
-    let mut out = Vec::with_capacity(raw.len());
-    for (lsn, payload) in raw {
-        // A hole is a bug somewhere below: say so rather than hand openraft a gap.
-        if let Some(prev) = out.last().map(|e: &Entry| e.log_id.index) {
-            if lsn != prev + 1 {
-                return Err(codec::invalid(format!("the log has a hole between {prev} and {lsn}")));
-            }
-        }
-        out.push(codec::decode_entry(lsn, &payload)?);
+    if from >= end {
+        shared.fenced()?;
+        return Ok(Vec::new());
     }
-    Ok(out)
+    // A replay of the written log, made by the writer between batches and read on a blocking
+    // thread (the maps are read and the entries decoded there, not on openraft's workers).
+    let shared = shared.clone();
+    let queued = std::time::Instant::now();
+    let read = tokio::task::spawn_blocking(move || {
+        let mut replay = shared.wal.replay_from(Some(Lsn(from)), wal::Bound::Written).map_err(err)?;
+        bump(&shared.counters.reads, 1);
+        bump(&shared.counters.read_wait_ns, queued.elapsed().as_nanos() as u64);
+        let mut out: Vec<Entry> = Vec::new();
+        let mut guard = 0u64;
+        while let Some(item) = replay.next() {
+            let item = item.map_err(err)?;
+            guard += 1;
+            if guard > u64::from(u32::MAX) {
+                return Err(err("internal: replay did not end"));
+            }
+            if !matches!(item.kind, wal::ItemKind::Entry) || item.lsn.0 < from {
+                continue;
+            }
+            if item.lsn.0 >= end {
+                break;
+            }
+            // A hole is a bug somewhere below: say so rather than hand openraft a gap.
+            if let Some(prev) = out.last().map(|e| e.log_id.index) {
+                if item.lsn.0 != prev + 1 {
+                    return Err(codec::invalid(format!(
+                        "the log has a hole between {prev} and {}",
+                        item.lsn.0
+                    )));
+                }
+            }
+            out.push(codec::decode_entry(item.lsn.0, item.payload)?);
+        }
+        Ok(out)
+    });
+    read.await.map_err(err)?
 }
 
 impl RaftLogReader<TypeConfig> for LogReader {
@@ -347,7 +452,7 @@ impl RaftLogReader<TypeConfig> for LogReader {
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
         let (start, end) = bounds(&range);
-        read_entries(&self.shared, &self.tx, start, end).await
+        read_entries(&self.shared, start, end).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -361,7 +466,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
         let (start, end) = bounds(&range);
-        read_entries(&self.shared, &self.tx, start, end).await
+        read_entries(&self.shared, start, end).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -378,19 +483,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
-        LogReader { shared: self.shared.clone(), tx: self.tx.clone() }
+        LogReader { shared: self.shared.clone() }
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let value = codec::meta_value(vote)?;
-        self.request(|done| Req::Meta { key: VOTE_META_KEY, value, done }).await?;
+        bump(&self.shared.counters.votes, 1);
+        durable(self.shared.wal.set_meta(VOTE_META_KEY, &value).map_err(err)?).await?;
         self.shared.lock().vote = Some(*vote);
         Ok(())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
         let value = codec::meta_value(&committed)?;
-        self.request(|done| Req::Meta { key: COMMITTED_META_KEY, value, done }).await?;
+        bump(&self.shared.counters.committed, 1);
+        durable(self.shared.wal.set_meta(COMMITTED_META_KEY, &value).map_err(err)?).await?;
         self.shared.lock().committed = committed;
         Ok(())
     }
@@ -424,18 +531,37 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             kept.push((e, bytes.len()));
             batch.push((i, bytes));
         }
-        // Queued under the lock: the FIFO order is the order of these state changes.
-        self.tx.send(Req::Append { entries: batch, done: Done::Flushed(callback) }).map_err(|_| stopped())?;
+        let c = &self.shared.counters;
+        bump(&c.appends, 1);
+        bump(&c.entries, batch.len() as u64);
+        // Queued under the lock: the writer's order is the order of these state changes. Each
+        // entry is its own record (a batch may be larger than a segment); the last one's
+        // ticket resolves once every one before it is durable too.
+        let mut ticket = None;
+        for (i, bytes) in batch {
+            let t = self.shared.wal.append_at(EPOCH, Lsn(i), Payload::One(bytes), Durability::Durable);
+            ticket = Some(t.map_err(err)?);
+        }
         k.last = last;
         for (e, n) in kept {
             k.recent.push(e, n);
+        }
+        drop(k);
+        match (ticket, &self.acks) {
+            (Some(t), Some(acks)) => {
+                if let Err(std::sync::mpsc::SendError((t, cb))) = acks.send((t, callback)) {
+                    cb.io_completed(t.wait_durable().map(|_| ()).map_err(err));
+                }
+            }
+            // Nothing to write: durable already.
+            (None, _) => callback.io_completed(Ok(())),
+            (Some(_), None) => callback.io_completed(Err(err("the raft log was closed"))),
         }
         Ok(())
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        {
+        let ticket = {
             let mut k = self.shared.lock();
             let Some(cur) = k.last else { return Ok(()) };
             match last_log_id {
@@ -448,17 +574,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
             let keep = k.last.map(|l| l.index);
             k.recent.cut_after(keep);
-            let next = k.purged.map_or(0, |p| p.index + 1);
-            let after = last_log_id.map(|id| id.index);
-            self.tx.send(Req::Truncate { after, next, done: Done::Reply(tx) }).map_err(|_| stopped())?;
-        }
-        rx.await.map_err(|_| stopped())?
+            bump(&self.shared.counters.truncates, 1);
+            let wal = &self.shared.wal;
+            match last_log_id {
+                Some(id) if id.index + 1 < wal.next_lsn().0 => wal.truncate_after(EPOCH, Lsn(id.index)),
+                Some(_) => return Ok(()),
+                None => wal.reset(EPOCH, Lsn(k.purged.map_or(0, |p| p.index + 1))),
+            }
+            .map_err(err)?
+        };
+        durable(ticket).await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
         let value = codec::meta_value(&log_id)?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        {
+        let ticket = {
             let mut k = self.shared.lock();
             if k.purged.is_some_and(|p| p.index >= log_id.index) {
                 return Ok(());
@@ -471,11 +601,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             } else {
                 k.recent.drop_upto(log_id.index);
             }
-            self.tx
-                .send(Req::Purge { upto: log_id.index, value, reset, done: Done::Reply(tx) })
-                .map_err(|_| stopped())?;
+            bump(&self.shared.counters.purges, 1);
+            let wal = &self.shared.wal;
+            let meta = wal.set_meta(PURGED_META_KEY, &value).map_err(err)?;
+            if reset {
+                wal.reset(EPOCH, Lsn(log_id.index + 1)).map_err(err)?
+            } else {
+                meta
+            }
+        };
+        durable(ticket).await?;
+        // Physical reclaim only, once the purge record is durable: readers never look below it.
+        let shared = self.shared.clone();
+        let below = Lsn(log_id.index + 1);
+        let removed =
+            tokio::task::spawn_blocking(move || shared.wal.purge_before(below)).await.map_err(err)?;
+        if let Err(e) = removed {
+            // Loses nothing: the purge record is durable and the segments go with the next
+            // purge. A failure that fenced the log fails every later write instead.
+            eprintln!("wal-raft: removing purged segments below {}: {e}", below.0);
         }
-        rx.await.map_err(|_| stopped())?
+        Ok(())
     }
 }
 

@@ -24,17 +24,16 @@ use crate::claims::Replayed;
 use crate::codec;
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
-use crate::writer::Req;
 use catalog::Catalog;
 use std::io;
-use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use wal::state::Applier;
-use wal::{Bound, Checkpoint, ItemKind, Lsn, Wal};
+use wal::{AsyncWal, Bound, Checkpoint, ItemKind, Lsn, Wal};
 
 /// Records checkpoints into the Raft log (with the next batch; durable with its sync).
 #[derive(Clone, Debug)]
 pub struct Checkpointer {
-    pub(crate) tx: Sender<Req>,
+    wal: Arc<AsyncWal>,
 }
 
 impl Checkpointer {
@@ -42,7 +41,7 @@ impl Checkpointer {
     /// `index` must be an entry already in the log (an applied one). Best effort: a stopped
     /// writer drops it (a checkpoint is an extra check, never needed to recover).
     pub fn record(&self, index: u64, cp: Checkpoint) {
-        let _ = self.tx.send(Req::Checkpoint { lsn: index, cp });
+        let _ = self.wal.checkpoint(Lsn(index), cp);
     }
 }
 
@@ -154,7 +153,7 @@ pub(crate) fn check(
 impl LogStore {
     /// A handle the state machine records checkpoints with.
     pub fn checkpointer(&self) -> Checkpointer {
-        Checkpointer { tx: self.sender() }
+        Checkpointer { wal: self.writer() }
     }
 
     /// Opens the Raft log in `dir` and checks it against `sm` (freshly opened: its snapshot is

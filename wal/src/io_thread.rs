@@ -41,6 +41,7 @@
 //!   written and everything queued after them resolve [`Failure::Rejected`], the next LSN is the
 //!   log's again, and the log stays usable.
 
+use crate::control::{Control, Position};
 use crate::error::{Error, Result};
 use crate::log::Wal;
 use crate::log::{Checkpoint, PurgeReport};
@@ -113,8 +114,8 @@ impl Default for AsyncOptions {
 }
 
 struct Submit {
-    next_lsn: u64,
-    epoch: u64,
+    /// The log's position with every admitted operation applied (LSNs are assigned here only).
+    log: Position,
     queued_entries: usize,
     queued_bytes: usize,
     fenced: Option<String>,
@@ -170,17 +171,24 @@ pub enum Payload {
 }
 
 impl Payload {
-    fn entries(&self) -> usize {
+    pub(crate) fn entries(&self) -> usize {
         match self {
             Payload::One(_) => 1,
             Payload::Group(g) => g.len(),
         }
     }
 
-    fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         match self {
             Payload::One(p) => p.len(),
             Payload::Group(g) => g.iter().map(Vec::len).sum(),
+        }
+    }
+
+    pub(crate) fn largest(&self) -> usize {
+        match self {
+            Payload::One(p) => p.len(),
+            Payload::Group(g) => g.iter().map(Vec::len).max().unwrap_or(0),
         }
     }
 }
@@ -239,6 +247,16 @@ enum Req {
         durability: Durability,
         slot: Slot,
     },
+    /// Any other operation that moves the log's position or state, checked at submission:
+    /// `lsn` is what its ticket carries, `next` the log's next LSN after it.
+    Control {
+        op: Control,
+        epoch: u64,
+        lsn: u64,
+        next: u64,
+        durability: Durability,
+        slot: Slot,
+    },
     /// A checkpoint record, staged with the next batch (made durable by its sync).
     Checkpoint {
         lsn: u64,
@@ -249,12 +267,26 @@ enum Req {
         below: Lsn,
         reply: Sender<Result<PurgeReport>>,
     },
-    /// A replay of the durable log from an LSN (for tailing readers).
+    /// A replay of the log from an LSN (tailing readers: durable; Raft's reads: written).
     Replay {
-        from: Lsn,
+        from: Option<Lsn>,
+        bound: crate::replay::Bound,
         reply: Sender<Result<crate::replay::Replay>>,
     },
     Close,
+    /// Stop without writing, syncing or sealing anything more (what a crash leaves; tests).
+    Abandon,
+}
+
+impl Req {
+    /// The entries and payload bytes it holds of the queue's bounds.
+    fn queued(&self) -> (usize, usize) {
+        match self {
+            Req::Append { payload, .. } => (payload.entries(), payload.bytes()),
+            Req::Control { op, .. } => op.size(),
+            _ => (0, 0),
+        }
+    }
 }
 
 /// A log driven by its own I/O thread.
@@ -265,7 +297,7 @@ pub struct AsyncWal {
     /// Whether a caller may drive a round while the I/O thread sleeps (the backend's `wait`
     /// holds nothing a round needs: see `Storage::concurrent_wait`).
     drivable: bool,
-    thread: Option<JoinHandle<Result<()>>>,
+    thread: Mutex<Option<JoinHandle<Result<()>>>>,
 }
 
 impl std::fmt::Debug for AsyncWal {
@@ -287,8 +319,7 @@ impl AsyncWal {
         wal.check_records()?;
         let shared = Arc::new(Shared {
             submit: Mutex::new(Submit {
-                next_lsn: wal.next_lsn().0,
-                epoch: wal.epoch().0,
+                log: Position::of(&wal),
                 queued_entries: 0,
                 queued_bytes: 0,
                 fenced: wal.is_poisoned().then(|| "the log was already fenced".to_string()),
@@ -325,7 +356,18 @@ impl AsyncWal {
                 })
             })
             .map_err(|e| Error::io("starting the I/O thread", e))?;
-        Ok(AsyncWal { shared, tx, engine, drivable, thread: Some(thread) })
+        Ok(AsyncWal { shared, tx, engine, drivable, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Opens (or creates, as `opts` says) the log in `dir` on real files and starts its I/O
+    /// thread: [`Wal::open`] then [`AsyncWal::start`].
+    pub fn open(
+        dir: impl AsRef<std::path::Path>,
+        opts: crate::Options,
+        async_opts: AsyncOptions,
+    ) -> Result<(AsyncWal, crate::OpenReport)> {
+        let (wal, report) = Wal::open(dir, opts)?;
+        Ok((AsyncWal::start(wal, async_opts)?, report))
     }
 
     /// Sends a request to the I/O thread and wakes it.
@@ -414,18 +456,15 @@ impl AsyncWal {
             return Err((Error::InvalidArgument("empty batch".into()), Some(payload)));
         }
         let max = self.shared.max_payload;
-        let largest = match &payload {
-            Payload::One(p) => p.len(),
-            Payload::Group(g) => g.iter().map(Vec::len).max().unwrap_or(0),
-        };
+        let largest = payload.largest();
         if largest > max {
             return Err((Error::TooLarge { len: largest as u64, max: max as u64 }, Some(payload)));
         }
-        let st = match self.admit(self.shared.lock(), epoch, len, when_full) {
+        let mut st = match self.admit(self.shared.lock(), Some(epoch), len, when_full) {
             Ok(st) => st,
             Err(e) => return Err((e, Some(payload))),
         };
-        let lsn = st.next_lsn;
+        let lsn = st.log.append(count);
         let ticket = Ticket::new(Lsn(lsn), notify);
         let slot = Slot(Some(ticket.inner.clone()));
         let req = Req::Append { lsn, epoch: epoch.0, payload, durability, slot };
@@ -450,11 +489,11 @@ impl AsyncWal {
         if len > self.shared.max_payload {
             return Err(Error::TooLarge { len: len as u64, max: self.shared.max_payload as u64 });
         }
-        let mut st = self.admit(self.shared.lock(), epoch, len, self.shared.opts.when_full)?;
+        let mut st = self.admit(self.shared.lock(), Some(epoch), len, self.shared.opts.when_full)?;
         let mut buf = st.pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(payload);
-        let lsn = st.next_lsn;
+        let lsn = st.log.append(1);
         let req =
             Req::Append { lsn, epoch: epoch.0, payload: Payload::One(buf), durability, slot: Slot(None) };
         self.send_locked(st, req, 1, len, true)?;
@@ -462,11 +501,12 @@ impl AsyncWal {
     }
 
     /// Checks an append of `len` payload bytes against the fence, the close, the writer epoch
-    /// and the queue's bounds (waiting for room, if chosen), all under the submit lock.
+    /// (when it carries one) and the queue's bounds (waiting for room, if chosen), all under
+    /// the submit lock.
     fn admit<'a>(
         &'a self,
         mut st: MutexGuard<'a, Submit>,
-        epoch: Epoch,
+        epoch: Option<Epoch>,
         len: usize,
         when_full: WhenFull,
     ) -> Result<MutexGuard<'a, Submit>> {
@@ -478,12 +518,8 @@ impl AsyncWal {
             if st.closing {
                 return Err(Error::ReadOnly);
             }
-            // Mutant (tools/mutants.sh, I7): an append from a stale writer is accepted.
-            if epoch.0 < st.epoch && !cfg!(feature = "mutant-stale-epoch-accepted") {
-                return Err(Error::StaleEpoch { current: st.epoch, given: epoch.0 });
-            }
-            if epoch.0 > st.epoch {
-                return Err(Error::EpochNotAdvanced { current: st.epoch, given: epoch.0 });
+            if let Some(epoch) = epoch {
+                st.log.check_epoch(epoch)?;
             }
             let fits = st.queued_entries < opts.queue_entries
                 && (st.queued_entries == 0 || st.queued_bytes + len <= opts.queue_bytes);
@@ -497,8 +533,9 @@ impl AsyncWal {
         }
     }
 
-    /// Sends an admitted append (its LSN is `st.next_lsn`) and counts it, under the submit
-    /// lock: the queue order is the LSN order.
+    /// Sends an admitted append (its LSN already taken from `st.log`) and counts it, under the
+    /// submit lock: the queue order is the LSN order. A send that fails leaves the log fenced
+    /// for good (the thread is gone), so the position it moved is never used again.
     fn send_locked(
         &self,
         mut st: MutexGuard<'_, Submit>,
@@ -509,12 +546,11 @@ impl AsyncWal {
     ) -> Result<()> {
         if let Err(e) = self.tx.send(req) {
             // Never queued: the slot in the returned request must not resolve its ticket.
-            if let Req::Append { slot, .. } = e.0 {
+            if let Req::Append { slot, .. } | Req::Control { slot, .. } = e.0 {
                 std::mem::forget(slot);
             }
             return Err(Error::Poisoned { cause: "the I/O thread has stopped".into() });
         }
-        st.next_lsn += count as u64;
         st.queued_entries += count;
         st.queued_bytes += len;
         st.untaken_bytes += len;
@@ -527,6 +563,60 @@ impl AsyncWal {
         Ok(())
     }
 
+    /// [`Wal::append_at`] (one entry) or [`Wal::append_batch_at`] (a user batch) on the I/O
+    /// thread: at the next LSN a plain append; below it, the entries from `lsn` on are cut
+    /// first; above it, only into a log with no live entry. Checked and placed now, in queue
+    /// order with every other append and operation; the ticket carries `lsn`.
+    pub fn append_at(
+        &self,
+        epoch: Epoch,
+        lsn: Lsn,
+        payload: Payload,
+        durability: Durability,
+    ) -> Result<Ticket> {
+        self.control(Some(epoch), Control::AppendAt { lsn: lsn.0, payload }, durability)
+    }
+
+    /// [`Wal::truncate_after`] on the I/O thread: every entry after `after` is cut, and the next
+    /// append takes `after + 1` from now on. The ticket (carrying `after + 1`) resolves when the
+    /// cut is durable, with everything queued before it.
+    pub fn truncate_after(&self, epoch: Epoch, after: Lsn) -> Result<Ticket> {
+        self.control(Some(epoch), Control::TruncateAfter(after.0), Durability::Durable)
+    }
+
+    /// [`Wal::reset`] on the I/O thread: every entry is cut and the next append takes `next`.
+    pub fn reset(&self, epoch: Epoch, next: Lsn) -> Result<Ticket> {
+        self.control(Some(epoch), Control::Reset(next.0), Durability::Durable)
+    }
+
+    /// [`Wal::set_meta`] on the I/O thread (a Raft vote, a committed index). The ticket carries
+    /// the next LSN and resolves when the record is durable.
+    pub fn set_meta(&self, key: u32, value: &[u8]) -> Result<Ticket> {
+        let op = Control::SetMeta { key, value: value.to_vec() };
+        self.control(None, op, Durability::Durable)
+    }
+
+    /// [`Wal::advance_epoch`] on the I/O thread: appends under an older epoch are refused from
+    /// the moment this returns.
+    pub fn advance_epoch(&self, new: Epoch) -> Result<Ticket> {
+        self.control(None, Control::AdvanceEpoch(new.0), Durability::Durable)
+    }
+
+    /// Checks `op` and enqueues it under the submit lock (the one place that moves the log's
+    /// position): a refusal consumes nothing.
+    fn control(&self, epoch: Option<Epoch>, op: Control, durability: Durability) -> Result<Ticket> {
+        let (count, len) = op.size();
+        let when_full = self.shared.opts.when_full;
+        let mut st = self.admit(self.shared.lock(), epoch.filter(|_| op.carries_epoch()), len, when_full)?;
+        let lsn = st.log.admit(&op, self.shared.max_payload)?;
+        let (next, current) = (st.log.next_lsn, st.log.epoch);
+        let ticket = Ticket::new(Lsn(lsn), None);
+        let slot = Slot(Some(ticket.inner.clone()));
+        let epoch = epoch.map_or(current, |e| e.0);
+        self.send_locked(st, Req::Control { op, epoch, lsn, next, durability, slot }, count, len, true)?;
+        Ok(ticket)
+    }
+
     /// Records a checkpoint for `lsn` (an LSN already handed out) with the next batch. It is
     /// durable with that batch's sync; a fenced or closed log drops it (a checkpoint is an
     /// extra check, never needed to recover).
@@ -535,10 +625,10 @@ impl AsyncWal {
         if let Some(cause) = &st.fenced {
             return Err(Error::Poisoned { cause: cause.clone() });
         }
-        if lsn.0 >= st.next_lsn {
+        if lsn.0 >= st.log.next_lsn {
             return Err(Error::InvalidArgument(format!(
                 "checkpoint at {lsn} covers an entry the log has not taken (next LSN {})",
-                st.next_lsn
+                st.log.next_lsn
             )));
         }
         // Sent under the lock, like an append: it follows the entry it covers in the queue.
@@ -557,22 +647,28 @@ impl AsyncWal {
         rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
     }
 
-    /// A replay of the durable log from `from`, as of now (it sees later batches only if it
-    /// is asked for again). Served by the I/O thread between batches.
-    pub fn replay_from(&self, from: Lsn) -> Result<crate::replay::Replay> {
+    /// A replay from `from` (`None`: the first live entry) up to `bound`, as of now (it sees
+    /// later batches only if it is asked for again), as [`Wal::replay_from`]. Served by the I/O
+    /// thread between batches; [`Bound::Written`](crate::Bound::Written) first writes what is
+    /// staged, so it sees every operation queued before it, and is refused on a fenced log.
+    pub fn replay_from(
+        &self,
+        from: Option<Lsn>,
+        bound: crate::replay::Bound,
+    ) -> Result<crate::replay::Replay> {
         let (reply, rx) = crossbeam_channel::bounded(1);
-        self.send(Req::Replay { from, reply })?;
+        self.send(Req::Replay { from, bound, reply })?;
         rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
     }
 
     /// The next LSN an append will take.
     pub fn next_lsn(&self) -> Lsn {
-        Lsn(self.shared.lock().next_lsn)
+        Lsn(self.shared.lock().log.next_lsn)
     }
 
     /// The writer epoch appends must carry.
     pub fn epoch(&self) -> Epoch {
-        Epoch(self.shared.lock().epoch)
+        Epoch(self.shared.lock().log.epoch)
     }
 
     /// Why the log is fenced, if it is.
@@ -587,15 +683,26 @@ impl AsyncWal {
         self.shared.metrics.snapshot(depth)
     }
 
-    /// Drains the queue, syncs, seals and stops the I/O thread; every ticket is resolved.
-    pub fn close(mut self) -> Result<()> {
-        self.close_inner()
+    /// Drains the queue, syncs, seals and stops the I/O thread; every ticket is resolved. A
+    /// handle shared between threads can be closed through any of them; every later append
+    /// is refused and a second close does nothing.
+    pub fn close(&self) -> Result<()> {
+        self.stop(Req::Close)
     }
 
-    fn close_inner(&mut self) -> Result<()> {
-        let Some(thread) = self.thread.take() else { return Ok(()) };
+    /// Stops the I/O thread without writing, syncing or sealing anything more: the files are
+    /// left as a crash of the process would leave them (tests of recovery). Every ticket not
+    /// resolved yet resolves Indeterminate.
+    pub fn abandon(&self) {
+        let _ = self.stop(Req::Abandon);
+    }
+
+    fn stop(&self, how: Req) -> Result<()> {
+        let Some(thread) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Ok(());
+        };
         self.shared.lock().closing = true;
-        let _ = self.send(Req::Close);
+        let _ = self.send(how);
         match thread.join() {
             Ok(r) => r,
             Err(_) => Err(Error::Poisoned { cause: "the I/O thread panicked".into() }),
@@ -605,7 +712,7 @@ impl AsyncWal {
 
 impl Drop for AsyncWal {
     fn drop(&mut self) {
-        let _ = self.close_inner();
+        let _ = self.close();
     }
 }
 
@@ -647,6 +754,8 @@ struct Io {
     /// Written batches waiting for their sync, oldest first.
     flights: VecDeque<Flight>,
     closing: bool,
+    /// The close is an abandon: nothing more is written, synced or sealed.
+    abandoning: bool,
     /// A caller of `append_wait` runs this round (counted in the stats).
     driving: bool,
     /// Staged payload buffers on their way back to the submit pool.
@@ -670,7 +779,7 @@ fn io_loop(engine: &Engine) -> Result<()> {
         if io.closing {
             let Some(io) = guard.take() else { return Ok(()) };
             drop(guard);
-            return io.finish();
+            return if io.abandoning { io.abandon() } else { io.finish() };
         }
         if progress {
             continue;
@@ -703,6 +812,7 @@ impl Io {
             staged_checkpoint: false,
             flights: VecDeque::new(),
             closing: false,
+            abandoning: false,
             driving: false,
             spent: Vec::new(),
         }
@@ -766,9 +876,7 @@ impl Io {
         while self.staged.len() < max && !self.closing {
             let Ok(req) = self.rx.try_recv() else { break };
             took = true;
-            if let Req::Append { payload, .. } = &req {
-                bytes += payload.bytes();
-            }
+            bytes += req.queued().1;
             self.handle(req);
         }
         if bytes > 0 {
@@ -785,6 +893,7 @@ impl Io {
     fn handle(&mut self, req: Req) {
         match req {
             Req::Close => self.closing = true,
+            Req::Abandon => (self.closing, self.abandoning) = (true, true),
             Req::Checkpoint { lsn, cp } => {
                 if self.fenced().is_none() {
                     match self.wal.checkpoint(self.wal.epoch(), Lsn(lsn), &cp) {
@@ -801,8 +910,8 @@ impl Io {
                 let _ = reply.send(r);
                 self.after_log_call();
             }
-            Req::Replay { from, reply } => {
-                let _ = reply.send(self.wal.replay_from(Some(from), crate::replay::Bound::Durable));
+            Req::Replay { from, bound, reply } => {
+                let _ = reply.send(self.replay(from, bound));
             }
             Req::Append { lsn, epoch, payload, durability, slot } => {
                 if let Some(why) = self.fenced() {
@@ -812,6 +921,7 @@ impl Io {
                     return;
                 }
                 let (entries, bytes) = (payload.entries(), payload.bytes());
+                let seq_before = self.wal.written_seq();
                 let appended = match &payload {
                     Payload::One(p) => self.wal.append(Epoch(epoch), p),
                     Payload::Group(g) => {
@@ -825,41 +935,80 @@ impl Io {
                     }
                 }
                 let p = Pending { lsn, entries, bytes, durability, slot };
-                match appended {
-                    Ok(got) if got.0 == lsn => {
-                        // Mutant (tools/mutants.sh, I3): acknowledge a Durable entry as soon as
-                        // it is staged, before its batch is even written (the kill -9 test sees it).
-                        #[cfg(feature = "mutant-ack-before-write")]
-                        if p.durability == Durability::Durable {
-                            p.slot.resolve(Ok(Lsn(lsn)));
-                        }
-                        self.staged.push(p)
-                    }
-                    Ok(got) => {
-                        self.staged.push(p);
-                        self.fence(format!("internal: the log gave LSN {} where {lsn} was promised", got.0));
-                    }
-                    Err(e @ Error::DiskFull { .. }) => {
-                        // Nothing of this entry was written (a rotation found no space). Staged
-                        // entries the log no longer holds (a seal whose batch write ran out of
-                        // space withdrew them) go with it; the rest is written, then this entry
-                        // and everything queued after it are withdrawn.
-                        let next = self.wal.next_lsn().0;
-                        let (kept, mut lost): (Vec<Pending>, Vec<Pending>) =
-                            std::mem::take(&mut self.staged).into_iter().partition(|q| q.lsn < next);
-                        self.staged = kept;
-                        self.write_now();
-                        lost.push(p);
-                        self.withdraw(lost, &e.to_string());
-                    }
-                    Err(e) => {
-                        self.staged.push(p);
-                        self.fence(e.to_string());
-                    }
+                self.keep_staged(p, appended.map(|l| l.0), lsn, seq_before);
+            }
+            Req::Control { op, epoch, lsn, next, durability, slot } => {
+                let (entries, bytes) = op.size();
+                if let Some(why) = self.fenced() {
+                    self.shared.release(entries, bytes);
+                    slot.resolve(Err(Failure::Indeterminate(why)));
+                    return;
                 }
-                self.after_log_call();
+                let seq_before = self.wal.written_seq();
+                let placed = op.run(&mut self.wal, Epoch(epoch));
+                let p = Pending { lsn, entries, bytes, durability, slot };
+                self.keep_staged(p, placed, next, seq_before);
             }
         }
+    }
+
+    /// A replay from `from`: of the durable log, or of everything written (what is staged is
+    /// written first, so it sees every append queued before the request).
+    fn replay(&mut self, from: Option<Lsn>, bound: crate::replay::Bound) -> Result<crate::replay::Replay> {
+        if bound == crate::replay::Bound::Written {
+            if let Some(cause) = self.fenced() {
+                return Err(Error::Poisoned { cause });
+            }
+            self.write_now();
+            if let Some(cause) = self.fenced() {
+                return Err(Error::Poisoned { cause });
+            }
+        }
+        self.wal.replay_from(from, bound)
+    }
+
+    /// Keeps a staged append or operation after the log ran it. `placed` is the position the
+    /// log reports (an append's first LSN, an operation's next LSN after it), `promised` the
+    /// one the submit side gave, `seq_before` the log's written sequence before it ran.
+    fn keep_staged(&mut self, p: Pending, placed: Result<u64>, promised: u64, seq_before: u64) {
+        match placed {
+            Ok(got) if got == promised => {
+                // Mutant (tools/mutants.sh, I3): acknowledge a Durable entry as soon as
+                // it is staged, before its batch is even written (the kill -9 test sees it).
+                #[cfg(feature = "mutant-ack-before-write")]
+                if p.durability == Durability::Durable {
+                    p.slot.resolve(Ok(Lsn(p.lsn)));
+                }
+                self.staged.push(p)
+            }
+            Ok(got) => {
+                self.staged.push(p);
+                self.fence(format!("internal: the log is at LSN {got} where {promised} was promised"));
+            }
+            Err(e @ Error::DiskFull { .. }) => {
+                // Nothing of this one was written (a rotation found no space). What was staged
+                // before it is either written (the seal wrote it, then no new segment could be
+                // made) or withdrawn with the seal's batch that ran out of space: the log's
+                // written sequence tells which. Then this one and everything queued after it
+                // are withdrawn.
+                let written = self.wal.written_seq() > seq_before;
+                let staged = std::mem::take(&mut self.staged);
+                let mut lost = if written {
+                    self.staged = staged;
+                    Vec::new()
+                } else {
+                    staged
+                };
+                self.write_now();
+                lost.push(p);
+                self.withdraw(lost, &e.to_string());
+            }
+            Err(e) => {
+                self.staged.push(p);
+                self.fence(e.to_string());
+            }
+        }
+        self.after_log_call();
     }
 
     /// Whether the staged appends wait for the sync in flight to complete before their write
@@ -1083,11 +1232,14 @@ impl Io {
         let mut untaken = 0;
         while let Ok(r) = self.rx.try_recv() {
             match r {
-                Req::Append { payload, slot, .. } => {
-                    entries += payload.entries();
-                    bytes += payload.bytes();
-                    untaken += payload.bytes();
-                    slot.resolve(Err(Failure::Indeterminate(why.clone())));
+                r @ (Req::Append { .. } | Req::Control { .. }) => {
+                    let (n, b) = r.queued();
+                    entries += n;
+                    bytes += b;
+                    untaken += b;
+                    if let Req::Append { slot, .. } | Req::Control { slot, .. } = r {
+                        slot.resolve(Err(Failure::Indeterminate(why.clone())));
+                    }
                 }
                 Req::Checkpoint { .. } => {}
                 Req::Purge { reply, .. } => {
@@ -1097,6 +1249,7 @@ impl Io {
                     let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
                 }
                 Req::Close => self.closing = true,
+                Req::Abandon => (self.closing, self.abandoning) = (true, true),
             }
         }
         if untaken > 0 {
@@ -1123,11 +1276,14 @@ impl Io {
         let mut untaken = 0;
         while let Ok(r) = self.rx.try_recv() {
             match r {
-                Req::Append { payload, slot, .. } => {
-                    entries += payload.entries();
-                    bytes += payload.bytes();
-                    untaken += payload.bytes();
-                    rejected.push(slot);
+                r @ (Req::Append { .. } | Req::Control { .. }) => {
+                    let (n, b) = r.queued();
+                    entries += n;
+                    bytes += b;
+                    untaken += b;
+                    if let Req::Append { slot, .. } | Req::Control { slot, .. } = r {
+                        rejected.push(slot);
+                    }
                 }
                 // Its LSN was taken before; it still belongs with the next batch.
                 Req::Checkpoint { lsn, cp } => {
@@ -1138,16 +1294,17 @@ impl Io {
                 Req::Purge { below, reply } => {
                     let _ = reply.send(self.wal.purge_before(below));
                 }
-                Req::Replay { from, reply } => {
-                    let _ = reply.send(self.wal.replay_from(Some(from), crate::replay::Bound::Durable));
+                Req::Replay { from, bound, reply } => {
+                    let _ = reply.send(self.wal.replay_from(from, bound));
                 }
                 Req::Close => self.closing = true,
+                Req::Abandon => (self.closing, self.abandoning) = (true, true),
             }
         }
         st.queued_entries = st.queued_entries.saturating_sub(entries);
         st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
         st.untaken_bytes = st.untaken_bytes.saturating_sub(untaken);
-        st.next_lsn = self.wal.next_lsn().0;
+        st.log = Position::of(&self.wal);
         drop(st);
         self.shared.space.notify_all();
         // Resolved after the reset: a caller woken by its ticket finds the queue and the next
@@ -1164,6 +1321,14 @@ impl Io {
                  is fenced so that their loss cannot go unnoticed"
             ));
         }
+    }
+
+    /// At an abandon: what is not durable stays as a crash would leave it, every ticket not
+    /// resolved yet resolves Indeterminate.
+    fn abandon(mut self) -> Result<()> {
+        self.fence("the log was abandoned".into());
+        self.wal.abandon();
+        Ok(())
     }
 
     /// At close: writes what is staged, syncs everything written, resolves, seals the log.

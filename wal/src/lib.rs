@@ -48,6 +48,7 @@ compile_error!(
 
 mod batch;
 pub mod classify;
+mod control;
 mod crc;
 pub mod error;
 pub mod format;

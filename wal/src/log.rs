@@ -351,6 +351,11 @@ impl Wal {
         self.logical.meta.get(&key).map(Vec::as_slice)
     }
 
+    /// The metadata keys set so far.
+    pub(crate) fn meta_keys(&self) -> Vec<u32> {
+        self.logical.meta.keys().copied().collect()
+    }
+
     pub fn max_payload_bytes(&self) -> u32 {
         self.max_payload
     }
@@ -438,13 +443,26 @@ impl Wal {
     /// entries from `lsn` on are cut first (a durable truncation record in the same batch); above
     /// it, only when the log holds no live entry (the log then starts at `lsn`).
     pub fn append_at(&mut self, epoch: Epoch, lsn: Lsn, payload: &[u8]) -> Result<Lsn> {
+        self.append_batch_at(epoch, lsn, &[payload])
+    }
+
+    /// [`Wal::append_batch`] at a given first LSN, with [`Wal::append_at`]'s rule for an LSN
+    /// that is not the next one.
+    pub fn append_batch_at(&mut self, epoch: Epoch, lsn: Lsn, payloads: &[&[u8]]) -> Result<Lsn> {
         self.check_writable(Some(epoch))?;
-        self.check_len(payload.len())?;
+        if payloads.is_empty() {
+            return Err(Error::InvalidArgument("empty batch".into()));
+        }
+        let mut need = 2 * RECORD_HEADER_LEN;
+        for p in payloads {
+            self.check_len(p.len())?;
+            need += record_len(p.len());
+        }
         let next = self.logical.next_lsn;
         match lsn.0.cmp(&next) {
             std::cmp::Ordering::Equal => {}
             std::cmp::Ordering::Less => {
-                self.reserve(2 * RECORD_HEADER_LEN + record_len(payload.len()))?;
+                self.reserve(need)?;
                 self.stage_cut(lsn.0);
             }
             std::cmp::Ordering::Greater => {
@@ -455,11 +473,11 @@ impl Wal {
                         next - 1
                     )));
                 }
-                self.reserve(2 * RECORD_HEADER_LEN + record_len(payload.len()))?;
+                self.reserve(need)?;
                 self.stage_cut(lsn.0);
             }
         }
-        self.append_batch(epoch, &[payload])
+        self.append_batch(epoch, payloads)
     }
 
     /// Cuts every entry with LSN > `after` (logical suffix truncation). The next entry is

@@ -14,12 +14,13 @@ const BUCKETS: usize = 40;
 pub struct Histogram {
     counts: [u64; BUCKETS],
     total: u64,
+    sum: u64,
     max: u64,
 }
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { counts: [0; BUCKETS], total: 0, max: 0 }
+        Histogram { counts: [0; BUCKETS], total: 0, sum: 0, max: 0 }
     }
 }
 
@@ -30,11 +31,17 @@ impl Histogram {
             *c += 1;
         }
         self.total += 1;
+        self.sum = self.sum.saturating_add(v);
         self.max = self.max.max(v);
     }
 
     pub fn count(&self) -> u64 {
         self.total
+    }
+
+    /// The sum of every value recorded (exact, not bucketed).
+    pub fn sum(&self) -> u64 {
+        self.sum
     }
 
     pub fn max(&self) -> u64 {
@@ -126,6 +133,7 @@ mod tests {
             h.record(v);
         }
         assert_eq!(h.count(), 100);
+        assert_eq!(h.sum(), 5050);
         assert_eq!(h.max(), 100);
         let p50 = h.quantile(0.5);
         assert!((50..=63).contains(&p50), "{p50}");
