@@ -11,7 +11,7 @@ use std::sync::Arc;
 use wal::state::snapshot::{list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applier, CompareReport, Replayer, StateMachine};
 use wal::storage::MemStorage;
-use wal::{Bound, Epoch, Lsn, Options, Wal};
+use wal::{Durability, Epoch, Lsn, Options, Wal};
 
 fn open(st: &MemStorage) -> Wal {
     let opts = Options { segment_len_bytes: 64 * 1024, ..Options::default() };
@@ -43,7 +43,7 @@ fn run_online(st: &MemStorage, log: &mut Wal, n: usize, every: usize, snap_at: u
 fn replay(log: &Wal, from: Applier<Catalog>) -> (Applier<Catalog>, CompareReport) {
     let mut r = Replayer::new(from);
     let start = r.applier().applied().map(|l| Lsn(l.0 + 1));
-    let mut it = log.replay_from(start, Bound::Durable).unwrap();
+    let mut it = log.replay_from(start, Durability::Durable).unwrap();
     r.run(&mut it).unwrap();
     r.finish()
 }

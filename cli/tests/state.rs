@@ -69,7 +69,7 @@ fn a_pipeline_log_is_clean_and_says_through_which_lsn() {
 fn append_checkpoint(dir: &Path, lsn: u64, f: impl FnOnce(&mut wal::Checkpoint)) {
     let (mut log, _) = Wal::open(dir, Options::default()).unwrap();
     let mut replayer = wal::state::Replayer::new(wal::state::Applier::new(Catalog::new(), 1 << 20));
-    replayer.run(&mut log.replay_from(None, wal::Bound::Durable).unwrap()).unwrap();
+    replayer.run(&mut log.replay_from(None, wal::Durability::Durable).unwrap()).unwrap();
     let mut cp = replayer.applier().checkpoint();
     f(&mut cp);
     log.checkpoint(Epoch(0), Lsn(lsn), &cp).unwrap();

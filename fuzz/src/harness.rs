@@ -23,7 +23,7 @@ use wal::format::{
     META_FILE_LEN, META_FILE_NAME, MIN_SEGMENT_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use wal::storage::MemStorage;
-use wal::{Bound, CrcVerdict, Depth, Epoch, Lsn, Options, RecoveryMode, Wal};
+use wal::{CrcVerdict, Depth, Durability, Epoch, Lsn, Options, RecoveryMode, Wal};
 
 /// File name and bytes of every file of a log directory.
 pub type Files = Vec<(String, Vec<u8>)>;
@@ -651,8 +651,8 @@ pub fn check_with(case: &Case, strict: bool) -> Outcome {
             }
             out.replayed = all.ok();
             let from = case.from.map(Lsn);
-            let _ = drain(log.replay_from(from, Bound::Durable), bound);
-            let _ = drain(log.replay_from(from, Bound::Written), bound);
+            let _ = drain(log.replay_from(from, Durability::Durable), bound);
+            let _ = drain(log.replay_from(from, Durability::Written), bound);
         }
         Err(e) => assert!(!full_ok, "salvage open refused a log the full scan finds OK: {e:?}"),
     }

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wal::replay::{ItemKind, Replay};
 use wal::state::Applier;
-use wal::{Bound, Options, RecoveryMode, Wal};
+use wal::{Durability, Options, RecoveryMode, Wal};
 
 /// walcheck's exit code for DIVERGENT.
 pub const EXIT_DIVERGENT: i32 = 4;
@@ -181,7 +181,7 @@ struct Walk {
 
 impl Walk {
     fn new(o: &mut Opened) -> Result<Walk, String> {
-        let replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
+        let replay = o.wal.replay_from(None, Durability::Written).map_err(|e| format!("replay: {e}"))?;
         let applier = o.applier.take().ok_or("internal: a log walked twice")?;
         let replayed = Replayed::new(applier, o.base, &o.membership);
         Ok(Walk { replay, replayed, prev: None, base: o.base })
@@ -346,7 +346,7 @@ impl Comparison {
 /// The index of the first entry physically in a log (`None`: it holds none). Not
 /// `Wal::first_lsn`, which still counts purged segments.
 fn first_entry(o: &Opened) -> Result<Option<u64>, String> {
-    let mut replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
+    let mut replay = o.wal.replay_from(None, Durability::Written).map_err(|e| format!("replay: {e}"))?;
     while let Some(item) = replay.next() {
         let item = item.map_err(|e| format!("replay: {e}"))?;
         if matches!(item.kind, ItemKind::Entry) {
@@ -482,7 +482,7 @@ pub fn compare(dirs: &[PathBuf]) -> Comparison {
 /// What a test or an operator reads to see which leader wrote each index.
 pub fn log_ids(dir: &Path) -> Result<Vec<crate::LogId>, String> {
     let o = open(dir)?;
-    let mut replay = o.wal.replay_from(None, Bound::Written).map_err(|e| format!("replay: {e}"))?;
+    let mut replay = o.wal.replay_from(None, Durability::Written).map_err(|e| format!("replay: {e}"))?;
     let mut out = Vec::new();
     while let Some(item) = replay.next() {
         let item = item.map_err(|e| format!("replay: {e}"))?;

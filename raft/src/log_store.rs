@@ -10,7 +10,7 @@
 //! | `truncate_after(None)` | the log's `Reset` record, durable before returning |
 //! | `purge(id)` | a metadata record holding `id` (plus a `Reset` when no entry stays above it), durable before returning; whole sealed segments at or below `id` are removed after that |
 //! | `get_log_state` / `read_vote` / `read_committed` | in memory, rebuilt at open from the log's metadata and its last live entry |
-//! | `try_get_log_entries` | from the most recent entries kept in memory when the range starts at or above the oldest of them (no wait behind the fdatasync in flight); otherwise a replay of the written log (`Bound::Written`: the writer writes what is queued first); above the purged index either way |
+//! | `try_get_log_entries` | from the most recent entries kept in memory when the range starts at or above the oldest of them (no wait behind the fdatasync in flight); otherwise a replay of the written log (`Durability::Written`: the writer writes what is queued first); above the purged index either way |
 //!
 //! A failed write or sync fences the writer (docs/invariants.md I6): every write not yet
 //! durable and every later one fails, and reads fail too.
@@ -288,7 +288,7 @@ impl LogStore {
         if let Some(Lsn(l)) = wal.written_lsn() {
             if purged.is_none_or(|p| l > p.index) {
                 let mut replay =
-                    wal.replay_from(Some(Lsn(l)), wal::Bound::Written).map_err(io::Error::other)?;
+                    wal.replay_from(Some(Lsn(l)), wal::Durability::Written).map_err(io::Error::other)?;
                 let mut found = None;
                 let mut n = 0u64;
                 while let Some(item) = replay.next() {
@@ -413,7 +413,7 @@ async fn read_entries(shared: &Arc<Shared>, start: u64, end: u64) -> io::Result<
     let shared = shared.clone();
     let queued = std::time::Instant::now();
     let read = tokio::task::spawn_blocking(move || {
-        let mut replay = shared.wal.replay_from(Some(Lsn(from)), wal::Bound::Written).map_err(err)?;
+        let mut replay = shared.wal.replay_from(Some(Lsn(from)), wal::Durability::Written).map_err(err)?;
         bump(&shared.counters.reads, 1);
         bump(&shared.counters.read_wait_ns, queued.elapsed().as_nanos() as u64);
         let mut out: Vec<Entry> = Vec::new();

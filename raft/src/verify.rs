@@ -28,7 +28,7 @@ use catalog::Catalog;
 use std::io;
 use std::sync::Arc;
 use wal::state::Applier;
-use wal::{AsyncWal, Bound, Checkpoint, ItemKind, Lsn, Wal};
+use wal::{AsyncWal, Checkpoint, Durability, ItemKind, Lsn, Wal};
 
 /// Records checkpoints into the Raft log (with the next batch; durable with its sync).
 #[derive(Clone, Debug)]
@@ -90,7 +90,7 @@ pub(crate) fn check(
     membership: &crate::Membership,
 ) -> io::Result<StateVerdict> {
     let mut replayed = Replayed::new(base, from.checked_sub(1), membership);
-    let mut replay = wal.replay_from(Some(Lsn(from)), Bound::Written).map_err(io::Error::other)?;
+    let mut replay = wal.replay_from(Some(Lsn(from)), Durability::Written).map_err(io::Error::other)?;
     let (mut n, mut stopped_at) = (0u64, from);
     while let Some(item) = replay.next() {
         let item = item.map_err(io::Error::other)?;

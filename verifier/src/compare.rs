@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use wal::replay::{ItemKind, Replay};
 use wal::state::{recorded_dedupe_window, Applier, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY};
-use wal::{Bound, Lsn, Options, RecoveryMode, Wal};
+use wal::{Durability, Lsn, Options, RecoveryMode, Wal};
 
 /// The verdict of a comparison.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -317,7 +317,7 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
     for w in &logs {
         let window = recorded_dedupe_window(w.meta(DEDUPE_WINDOW_META_KEY)).unwrap_or(DEFAULT_DEDUPE_WINDOW);
         let from = if full { None } else { Some(lo) };
-        match w.replay_from(from, Bound::Written) {
+        match w.replay_from(from, Durability::Written) {
             Ok(r) => replays.push(r),
             Err(e) => {
                 report.verdict = ReplicaVerdict::NotChecked(format!("replay: {e}"));

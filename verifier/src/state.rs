@@ -16,7 +16,7 @@ use wal::state::snapshot::{self, SnapshotInfo};
 use wal::state::{
     recorded_dedupe_window, Applier, CompareReport, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY,
 };
-use wal::{Bound, CrcVerdict, Lsn, Options, RecoveryMode, Wal};
+use wal::{CrcVerdict, Durability, Lsn, Options, RecoveryMode, Wal};
 
 /// The dedupe window a replay uses when the log does not record one (the pipeline's default).
 pub const DEFAULT_DEDUPE_WINDOW: u64 = 1 << 20;
@@ -302,7 +302,7 @@ pub fn check_state<S: StateMachine>(
     let stop = target.as_ref().map(|(_, info)| info.applied);
     let mut replayer = Replayer::new(applier);
     let from = replayer.applier().applied().map(|l| Lsn(l.0 + 1));
-    let mut replay = match wal.replay_from(from, Bound::Written) {
+    let mut replay = match wal.replay_from(from, Durability::Written) {
         Ok(r) => r,
         Err(e) => {
             return StateReport { verdict: StateVerdict::NotChecked(format!("not replayed: {e}")), ..report }

@@ -200,7 +200,7 @@ pub enum Error {
     /// and the log remains usable.
     DiskFull { context: String },
     /// A previous write or sync failed; the log accepts nothing until it is reopened.
-    Poisoned { cause: String },
+    Fenced { cause: String },
     /// The log is damaged in a way the recovery mode does not repair.
     Damaged(Damage),
     /// Another process holds the directory lock.
@@ -258,7 +258,7 @@ impl fmt::Display for Error {
         match self {
             Error::Io { context, source } => write!(f, "I/O error while {context}: {source}"),
             Error::DiskFull { context } => write!(f, "disk full while {context}"),
-            Error::Poisoned { cause } => {
+            Error::Fenced { cause } => {
                 write!(f, "log is fenced after a failed write or sync ({cause}); reopen it")
             }
             Error::Damaged(d) => write!(f, "log is damaged: {d}"),

@@ -47,23 +47,12 @@ use crate::log::Wal;
 use crate::log::{Checkpoint, PurgeReport};
 use crate::storage::Bell;
 use crate::ticket::{Failure, Inner, Notify, Ticket};
-use crate::{Epoch, Lsn};
+use crate::{Durability, Epoch, Lsn};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// When a ticket resolves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// After the fdatasync that covers the entry completed.
-    Durable,
-    /// When the entry's batch has been handed to the OS; the ticket's final outcome
-    /// ([`Ticket::wait_durable`], or a second [`crate::Completion`]) follows when the sync
-    /// covering it completed or failed, at most about [`AsyncOptions::written_sync_delay`] later.
-    Written,
-}
 
 /// What `append` does when the queue is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,7 +259,7 @@ enum Req {
     /// A replay of the log from an LSN (tailing readers: durable; Raft's reads: written).
     Replay {
         from: Option<Lsn>,
-        bound: crate::replay::Bound,
+        bound: Durability,
         reply: Sender<Result<crate::replay::Replay>>,
     },
     Close,
@@ -322,7 +311,7 @@ impl AsyncWal {
                 log: Position::of(&wal),
                 queued_entries: 0,
                 queued_bytes: 0,
-                fenced: wal.is_poisoned().then(|| "the log was already fenced".to_string()),
+                fenced: wal.is_fenced().then(|| "the log was already fenced".to_string()),
                 closing: false,
                 untaken_bytes: 0,
                 quiet: false,
@@ -352,7 +341,7 @@ impl AsyncWal {
                     while let Ok(r) = rx.try_recv() {
                         drop(r);
                     }
-                    Err(Error::Poisoned { cause: why.into() })
+                    Err(Error::Fenced { cause: why.into() })
                 })
             })
             .map_err(|e| Error::io("starting the I/O thread", e))?;
@@ -372,7 +361,7 @@ impl AsyncWal {
 
     /// Sends a request to the I/O thread and wakes it.
     fn send(&self, req: Req) -> Result<()> {
-        self.tx.send(req).map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?;
+        self.tx.send(req).map_err(|_| Error::Fenced { cause: "the I/O thread has stopped".into() })?;
         self.shared.bell.ring();
         Ok(())
     }
@@ -424,7 +413,7 @@ impl AsyncWal {
             Err((e, _)) => return Err(e),
         };
         let Some(io) = guard.as_mut() else {
-            return Err(Error::Poisoned { cause: "the I/O thread's state is gone".into() });
+            return Err(Error::Fenced { cause: "the I/O thread's state is gone".into() });
         };
         // Appends from here on ring, so a sleeping I/O thread wakes for them.
         self.shared.lock().quiet = false;
@@ -513,7 +502,7 @@ impl AsyncWal {
         let opts = &self.shared.opts;
         loop {
             if let Some(cause) = &st.fenced {
-                return Err(Error::Poisoned { cause: cause.clone() });
+                return Err(Error::Fenced { cause: cause.clone() });
             }
             if st.closing {
                 return Err(Error::ReadOnly);
@@ -549,7 +538,7 @@ impl AsyncWal {
             if let Req::Append { slot, .. } | Req::Control { slot, .. } = e.0 {
                 std::mem::forget(slot);
             }
-            return Err(Error::Poisoned { cause: "the I/O thread has stopped".into() });
+            return Err(Error::Fenced { cause: "the I/O thread has stopped".into() });
         }
         st.queued_entries += count;
         st.queued_bytes += len;
@@ -623,7 +612,7 @@ impl AsyncWal {
     pub fn checkpoint(&self, lsn: Lsn, cp: Checkpoint) -> Result<()> {
         let st = self.shared.lock();
         if let Some(cause) = &st.fenced {
-            return Err(Error::Poisoned { cause: cause.clone() });
+            return Err(Error::Fenced { cause: cause.clone() });
         }
         if lsn.0 >= st.log.next_lsn {
             return Err(Error::InvalidArgument(format!(
@@ -634,7 +623,7 @@ impl AsyncWal {
         // Sent under the lock, like an append: it follows the entry it covers in the queue.
         let sent = self.tx.send(Req::Checkpoint { lsn: lsn.0, cp });
         drop(st);
-        sent.map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?;
+        sent.map_err(|_| Error::Fenced { cause: "the I/O thread has stopped".into() })?;
         self.shared.bell.ring();
         Ok(())
     }
@@ -644,21 +633,17 @@ impl AsyncWal {
     pub fn purge_before(&self, below: Lsn) -> Result<PurgeReport> {
         let (reply, rx) = crossbeam_channel::bounded(1);
         self.send(Req::Purge { below, reply })?;
-        rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
+        rx.recv().map_err(|_| Error::Fenced { cause: "the I/O thread has stopped".into() })?
     }
 
     /// A replay from `from` (`None`: the first live entry) up to `bound`, as of now (it sees
     /// later batches only if it is asked for again), as [`Wal::replay_from`]. Served by the I/O
-    /// thread between batches; [`Bound::Written`](crate::Bound::Written) first writes what is
+    /// thread between batches; [`Durability::Written`] first writes what is
     /// staged, so it sees every operation queued before it, and is refused on a fenced log.
-    pub fn replay_from(
-        &self,
-        from: Option<Lsn>,
-        bound: crate::replay::Bound,
-    ) -> Result<crate::replay::Replay> {
+    pub fn replay_from(&self, from: Option<Lsn>, bound: Durability) -> Result<crate::replay::Replay> {
         let (reply, rx) = crossbeam_channel::bounded(1);
         self.send(Req::Replay { from, bound, reply })?;
-        rx.recv().map_err(|_| Error::Poisoned { cause: "the I/O thread has stopped".into() })?
+        rx.recv().map_err(|_| Error::Fenced { cause: "the I/O thread has stopped".into() })?
     }
 
     /// The next LSN an append will take.
@@ -705,7 +690,7 @@ impl AsyncWal {
         let _ = self.send(how);
         match thread.join() {
             Ok(r) => r,
-            Err(_) => Err(Error::Poisoned { cause: "the I/O thread panicked".into() }),
+            Err(_) => Err(Error::Fenced { cause: "the I/O thread panicked".into() }),
         }
     }
 }
@@ -773,7 +758,7 @@ fn io_loop(engine: &Engine) -> Result<()> {
     loop {
         let mut guard = lock_engine(engine);
         let Some(io) = guard.as_mut() else {
-            return Err(Error::Poisoned { cause: "the I/O thread's state is gone".into() });
+            return Err(Error::Fenced { cause: "the I/O thread's state is gone".into() });
         };
         let progress = io.round();
         if io.closing {
@@ -954,14 +939,14 @@ impl Io {
 
     /// A replay from `from`: of the durable log, or of everything written (what is staged is
     /// written first, so it sees every append queued before the request).
-    fn replay(&mut self, from: Option<Lsn>, bound: crate::replay::Bound) -> Result<crate::replay::Replay> {
-        if bound == crate::replay::Bound::Written {
+    fn replay(&mut self, from: Option<Lsn>, bound: Durability) -> Result<crate::replay::Replay> {
+        if bound == Durability::Written {
             if let Some(cause) = self.fenced() {
-                return Err(Error::Poisoned { cause });
+                return Err(Error::Fenced { cause });
             }
             self.write_now();
             if let Some(cause) = self.fenced() {
-                return Err(Error::Poisoned { cause });
+                return Err(Error::Fenced { cause });
             }
         }
         self.wal.replay_from(from, bound)
@@ -1038,7 +1023,7 @@ impl Io {
         }
         let during_sync = self.wal.syncing();
         if let Err(e) = self.wal.flush() {
-            if matches!(e, Error::DiskFull { .. }) && !self.wal.is_poisoned() {
+            if matches!(e, Error::DiskFull { .. }) && !self.wal.is_fenced() {
                 // The log withdrew the batch on disk (zeroed and synced): its entries are not
                 // in the log, and their LSNs are free again.
                 let staged = std::mem::take(&mut self.staged);
@@ -1133,7 +1118,7 @@ impl Io {
 
     /// After a call into the log that may have synced (a rotation, a purge) or failed.
     fn after_log_call(&mut self) {
-        if let Some(why) = self.wal.poisoned.clone() {
+        if let Some(why) = self.wal.fenced.clone() {
             if self.fenced().is_none() {
                 self.fence(why);
             }
@@ -1164,7 +1149,7 @@ impl Io {
 
     /// Submits a sync over everything written when none is in flight and one is due.
     fn start_sync_if_due(&mut self) -> bool {
-        if self.wal.syncing() || self.wal.written_seq() <= self.wal.durable_seq() || self.wal.is_poisoned() {
+        if self.wal.syncing() || self.wal.written_seq() <= self.wal.durable_seq() || self.wal.is_fenced() {
             return false;
         }
         if !self.sync_due(Instant::now()) {
@@ -1243,10 +1228,10 @@ impl Io {
                 }
                 Req::Checkpoint { .. } => {}
                 Req::Purge { reply, .. } => {
-                    let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
+                    let _ = reply.send(Err(Error::Fenced { cause: why.clone() }));
                 }
                 Req::Replay { reply, .. } => {
-                    let _ = reply.send(Err(Error::Poisoned { cause: why.clone() }));
+                    let _ = reply.send(Err(Error::Fenced { cause: why.clone() }));
                 }
                 Req::Close => self.closing = true,
                 Req::Abandon => (self.closing, self.abandoning) = (true, true),
@@ -1352,7 +1337,7 @@ impl Io {
         let fenced = self.fenced();
         self.fence("the log was closed".into());
         match fenced {
-            Some(cause) => Err(Error::Poisoned { cause }),
+            Some(cause) => Err(Error::Fenced { cause }),
             None => self.wal.close(),
         }
     }

@@ -71,19 +71,34 @@ pub mod storage;
 pub mod ticket;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
-pub use io_thread::{AsyncOptions, AsyncWal, Durability, Payload, WhenFull};
+pub use io_thread::{AsyncOptions, AsyncWal, Payload, WhenFull};
 pub use log::{
     Backend, Checkpoint, OpenCheck, OpenReport, Options, PurgeReport, SegmentFill, Wal,
     RESERVE_BYTES_PER_SYNC,
 };
 pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
-pub use replay::{Bound, Item, ItemKind, Replay};
+pub use replay::{Entries, Item, ItemKind, Replay};
 pub use ticket::{Completion, DurableFuture, Failure, Notify, Stage, Ticket};
 
 /// A log sequence number: an entry's position as the log's users see it (the Raft index in
 /// replicated mode). Truncation can reuse an LSN; the record sequence behind it never repeats.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lsn(pub u64);
+
+/// The two levels an entry reaches: handed to the OS (written), then covered by a completed
+/// fdatasync (durable). An append says which one its ticket resolves at; a replay says how far
+/// it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Made durable by a completed fdatasync. An append's ticket resolves after the sync that
+    /// covers it completed; a replay reads only batches such a sync covered.
+    Durable,
+    /// Handed to the OS. An append's ticket resolves when its batch is written, and its final
+    /// outcome ([`Ticket::wait_durable`], or a second [`Completion`]) follows when the sync
+    /// covering it completed or failed, at most about [`AsyncOptions::written_sync_delay`]
+    /// later; a replay reads everything written (in-process readers, e.g. a Raft library).
+    Written,
+}
 
 /// A writer (leader) epoch: only grows on disk; appends under an older one are rejected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

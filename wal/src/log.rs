@@ -23,9 +23,10 @@ use crate::format::*;
 pub use crate::open_check::OpenCheck;
 use crate::open_check::Trust;
 use crate::recovery::{RecoveryMode, SegmentInfo};
-use crate::replay::{Bound, Replay};
+use crate::replay::Replay;
 use crate::scan::{self, Counts, FooterInfo, Logical};
 use crate::storage::{self, FileId, LockGuard, Op, Storage, Submission};
+use crate::Durability;
 use crate::{Epoch, Lsn};
 use std::time::{Duration, Instant};
 
@@ -278,7 +279,7 @@ pub struct Wal {
     /// (segment, offset) just past the last durable batch.
     pub(crate) durable_end: Option<(u64, u64)>,
     pub(crate) staged: Staged,
-    pub(crate) poisoned: Option<String>,
+    pub(crate) fenced: Option<String>,
     /// The next segment being prepared on a helper thread.
     /// (Its result: whether the file was made of a recycled one.)
     pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<bool>>)>,
@@ -365,8 +366,8 @@ impl Wal {
         self.segments.len()
     }
 
-    pub fn is_poisoned(&self) -> bool {
-        self.poisoned.is_some()
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.is_some()
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
@@ -379,8 +380,8 @@ impl Wal {
         if self.opts.read_only || self.closed {
             return Err(Error::ReadOnly);
         }
-        if let Some(cause) = &self.poisoned {
-            return Err(Error::Poisoned { cause: cause.clone() });
+        if let Some(cause) = &self.fenced {
+            return Err(Error::Fenced { cause: cause.clone() });
         }
         // No write lands after a record that fails its checksum (open_check.rs).
         self.check_records()?;
@@ -872,14 +873,14 @@ impl Wal {
         Ok(())
     }
 
-    /// A sync failed (or could not be submitted or reaped): the log is poisoned, whatever the
+    /// A sync failed (or could not be submitted or reaped): the log is fenced, whatever the
     /// error, and no sync is ever retried (after a failed fdatasync the kernel may have dropped
     /// the pages).
     fn fail_sync(&mut self, e: std::io::Error) -> Error {
         self.pipe.sync = None;
         let err = self.fail_io("syncing", e);
-        if self.poisoned.is_none() {
-            self.poisoned = Some(err.to_string());
+        if self.fenced.is_none() {
+            self.fenced = Some(err.to_string());
         }
         err
     }
@@ -890,8 +891,8 @@ impl Wal {
         if seq < self.durable_seq {
             let why =
                 format!("internal: the durable watermark would move back from {} to {seq}", self.durable_seq);
-            self.poisoned.get_or_insert_with(|| why.clone());
-            return Err(Error::Poisoned { cause: why });
+            self.fenced.get_or_insert_with(|| why.clone());
+            return Err(Error::Fenced { cause: why });
         }
         self.durable_seq = seq;
         self.durable_logical = logical;
@@ -902,8 +903,8 @@ impl Wal {
     /// Turns an I/O error into the log's error; anything but disk full poisons the handle.
     pub(crate) fn fail_io(&mut self, context: impl Into<String>, e: std::io::Error) -> Error {
         let err = Error::io(context, e);
-        if !matches!(err, Error::DiskFull { .. }) && self.poisoned.is_none() {
-            self.poisoned = Some(err.to_string());
+        if !matches!(err, Error::DiskFull { .. }) && self.fenced.is_none() {
+            self.fenced = Some(err.to_string());
         }
         err
     }
@@ -1012,7 +1013,7 @@ impl Wal {
             .run(Op::Write { file, offset: off, data: vec![0; len as usize] })
             .and_then(|_| self.run(Op::SyncData { file }));
         if let Err(e2) = zeroed {
-            self.poisoned = Some(format!("withdrawing a batch after disk full failed: {e2}"));
+            self.fenced = Some(format!("withdrawing a batch after disk full failed: {e2}"));
         }
         self.logical = self.written_logical.clone();
         self.staged = Staged::default();
@@ -1101,9 +1102,9 @@ impl Wal {
             self.run(Op::Write { file, offset: at, data: rec }).and_then(|_| self.run(Op::SyncData { file }));
         if let Err(e) = r {
             let err = self.fail_io("writing a footer", e);
-            if self.poisoned.is_none() {
+            if self.fenced.is_none() {
                 // A footer that may be half on disk cannot be withdrawn like a batch.
-                self.poisoned = Some(err.to_string());
+                self.fenced = Some(err.to_string());
             }
             return Err(err);
         }
@@ -1254,14 +1255,14 @@ impl Wal {
     /// A replay of every live entry and checkpoint written so far (including written but not yet
     /// durable batches, as an in-process Raft reader needs).
     pub fn replay(&self) -> Result<Replay> {
-        self.replay_from(None, Bound::Written)
+        self.replay_from(None, Durability::Written)
     }
 
     /// A replay from `from` (or the start) to the written or durable end.
-    pub fn replay_from(&self, from: Option<Lsn>, bound: Bound) -> Result<Replay> {
+    pub fn replay_from(&self, from: Option<Lsn>, bound: Durability) -> Result<Replay> {
         let end = match bound {
-            Bound::Written => self.written_end(),
-            Bound::Durable => self.durable_end,
+            Durability::Written => self.written_end(),
+            Durability::Durable => self.durable_end,
         };
         // A replay of the whole log re-checks every record: it stands for the check when it ends
         // cleanly. One from an LSN skips records, so it does not.
@@ -1280,7 +1281,7 @@ impl Wal {
 
 impl Drop for Wal {
     fn drop(&mut self) {
-        if !self.closed && self.poisoned.is_none() && !self.opts.read_only {
+        if !self.closed && self.fenced.is_none() && !self.opts.read_only {
             let _ = self.close_inner();
         }
         // Never leave a helper thread writing into the directory behind.

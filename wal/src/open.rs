@@ -185,7 +185,7 @@ impl Wal {
             durable_seq: last_seq,
             durable_end: None,
             staged: Staged::default(),
-            poisoned: None,
+            fenced: None,
             preparing: None,
             syncs_in_segment: None,
             reserve_segments: false,

@@ -22,15 +22,6 @@ use crate::storage::{Mapping, Storage};
 use crate::{Epoch, Lsn};
 use std::sync::Arc;
 
-/// How far a replay reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bound {
-    /// Everything written to the OS (in-process readers, e.g. a Raft library).
-    Written,
-    /// Only batches made durable by a completed sync.
-    Durable,
-}
-
 /// What a replayed item is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ItemKind {
@@ -328,15 +319,36 @@ impl Replay {
         }))
     }
 
+    /// The remaining live entries as an [`Iterator`] of owned `(LSN, payload)` pairs,
+    /// checkpoints skipped, for a `for` loop. Each payload is copied out of the map;
+    /// [`Replay::next`] (a lending iterator: each item borrows the replay) copies nothing.
+    pub fn entries(self) -> Entries {
+        Entries(self)
+    }
+
     /// Collects the remaining live entries as (LSN, payload) pairs (tests and small logs).
-    pub fn collect_entries(mut self) -> Result<Vec<(u64, Vec<u8>)>> {
-        let mut out = Vec::new();
-        while let Some(item) = self.next() {
-            let item = item?;
-            if item.kind == ItemKind::Entry {
-                out.push((item.lsn.0, item.payload.to_vec()));
+    pub fn collect_entries(self) -> Result<Vec<(u64, Vec<u8>)>> {
+        self.entries().map(|e| e.map(|(lsn, p)| (lsn.0, p))).collect()
+    }
+}
+
+/// The live entries of a [`Replay`] as owned pairs ([`Replay::entries`]); after an error it
+/// returns nothing more.
+#[derive(Debug)]
+pub struct Entries(Replay);
+
+impl Iterator for Entries {
+    type Item = Result<(Lsn, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.0.next()? {
+                Ok(item) if item.kind == ItemKind::Entry => {
+                    return Some(Ok((item.lsn, item.payload.to_vec())))
+                }
+                Ok(_) => continue,
+                Err(e) => return Some(Err(e)),
             }
         }
-        Ok(out)
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use wal::storage::MemStorage;
-use wal::{Bound, CrcVerdict, Epoch, Error, ItemKind, Lsn, Options, Wal};
+use wal::{CrcVerdict, Durability, Epoch, Error, ItemKind, Lsn, Options, Wal};
 
 const SEG: u32 = 64 * 1024;
 
@@ -173,7 +173,7 @@ fn checkpoints_and_groups_replay_with_their_fields() {
         wal::Checkpoint { digest: [9; 32], entity_count: 3, digest_version: 1, state_machine_version: 2 };
     log.checkpoint(Epoch(0), Lsn(first.0 + 2), &cp).unwrap();
     log.sync().unwrap();
-    let mut r = log.replay_from(None, Bound::Durable).unwrap();
+    let mut r = log.replay_from(None, Durability::Durable).unwrap();
     let mut got = Vec::new();
     while let Some(i) = r.next() {
         let i = i.unwrap();
@@ -202,7 +202,7 @@ fn seek_uses_the_index_and_returns_the_same_entries() {
     }
     log.sync().unwrap();
     for from in [1u64, 2, 777, 1500, 2999, 3000] {
-        let e = log.replay_from(Some(Lsn(from)), Bound::Durable).unwrap().collect_entries().unwrap();
+        let e = log.replay_from(Some(Lsn(from)), Durability::Durable).unwrap().collect_entries().unwrap();
         assert_eq!(e.first().map(|x| x.0), Some(from));
         assert_eq!(e.len() as u64, 3001 - from);
     }
@@ -216,8 +216,8 @@ fn durable_bound_hides_written_but_unsynced_entries() {
     log.sync().unwrap();
     log.append(Epoch(0), b"b").unwrap();
     log.flush().unwrap();
-    assert_eq!(log.replay_from(None, Bound::Durable).unwrap().collect_entries().unwrap().len(), 1);
-    assert_eq!(log.replay_from(None, Bound::Written).unwrap().collect_entries().unwrap().len(), 2);
+    assert_eq!(log.replay_from(None, Durability::Durable).unwrap().collect_entries().unwrap().len(), 1);
+    assert_eq!(log.replay_from(None, Durability::Written).unwrap().collect_entries().unwrap().len(), 2);
     assert_eq!(log.durable_lsn(), Some(Lsn(1)));
     assert_eq!(log.written_lsn(), Some(Lsn(2)));
 }
@@ -287,7 +287,7 @@ fn replay_from_every_lsn_of_a_multi_segment_log_starts_there() {
     assert!(log.segment_count() >= 3, "the test needs sealed segments");
     let all = log.replay().unwrap().collect_entries().unwrap();
     for from in 1..=400u64 {
-        let got = log.replay_from(Some(Lsn(from)), Bound::Durable).unwrap().collect_entries();
+        let got = log.replay_from(Some(Lsn(from)), Durability::Durable).unwrap().collect_entries();
         let got = got.unwrap_or_else(|e| panic!("replay_from({from}): {e}"));
         assert_eq!(got.first().map(|e| e.0), Some(from));
         assert_eq!(got.len() as u64, 401 - from);

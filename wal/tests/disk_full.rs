@@ -157,7 +157,7 @@ fn the_size_budget_refuses_before_the_file_system_is_full() {
         }
     };
     assert!(matches!(err, Error::DiskFull { .. }), "{err}");
-    assert!(!wal.is_poisoned());
+    assert!(!wal.is_fenced());
     let first_kept = wal::Lsn(acked[acked.len() / 2]);
     wal.purge_before(first_kept).unwrap();
     wal.append(Epoch(0), b"after the purge").unwrap();

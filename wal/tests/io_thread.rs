@@ -110,7 +110,7 @@ fn a_failed_sync_fences_every_pending_and_later_append() {
     assert!(matches!(t.wait(), Err(Failure::Indeterminate(_))), "a failed sync acknowledged an entry");
     // Fenced: later appends are refused (no LSN, nothing queued), even once the device is fine.
     st.faults().fail_sync_from = None;
-    assert!(matches!(log.append(Epoch(0), b"x".to_vec(), Durability::Durable), Err(Error::Poisoned { .. })));
+    assert!(matches!(log.append(Epoch(0), b"x".to_vec(), Durability::Durable), Err(Error::Fenced { .. })));
     assert!(log.close().is_err(), "closing a fenced log must say so");
     let crashed = st.state().crash(|_, _| SectorFate::Old);
     assert_eq!(reopen(&crashed), vec![(1, b"durable".to_vec())]);
@@ -452,8 +452,8 @@ fn a_failed_sync_in_a_round_the_caller_drives_fences_the_log() {
     let t = log.append_wait(Epoch(0), Payload::One(b"lost".to_vec())).unwrap();
     assert!(matches!(t.wait(), Err(Failure::Indeterminate(_))), "a failed sync acknowledged an entry");
     st.faults().fail_sync_from = None;
-    assert!(matches!(log.append_wait(Epoch(0), Payload::One(b"x".to_vec())), Err(Error::Poisoned { .. })));
-    assert!(matches!(log.append(Epoch(0), b"x".to_vec(), Durability::Durable), Err(Error::Poisoned { .. })));
+    assert!(matches!(log.append_wait(Epoch(0), Payload::One(b"x".to_vec())), Err(Error::Fenced { .. })));
+    assert!(matches!(log.append(Epoch(0), b"x".to_vec(), Durability::Durable), Err(Error::Fenced { .. })));
     assert!(log.close().is_err(), "closing a fenced log must say so");
     let crashed = st.state().crash(|_, _| SectorFate::Old);
     assert_eq!(reopen(&crashed), vec![(1, b"durable".to_vec())]);
@@ -556,7 +556,7 @@ fn disk_full_that_gives_up_untracked_entries_fences_the_log() {
         }
     };
     assert!(
-        matches!(refused, Error::Poisoned { ref cause } if cause.contains("without a ticket")),
+        matches!(refused, Error::Fenced { ref cause } if cause.contains("without a ticket")),
         "{refused:?}"
     );
     assert!(log.fenced().is_some());
@@ -755,8 +755,8 @@ fn operations_queued_behind_a_failed_sync_fail_and_later_ones_are_refused() {
     assert!(matches!(meta.wait(), Err(Failure::Indeterminate(_))), "{:?}", meta.wait());
     assert!(matches!(cut.wait(), Err(Failure::Indeterminate(_))), "{:?}", cut.wait());
     st.faults().fail_sync_from = None;
-    assert!(matches!(log.reset(Epoch(0), Lsn(9)), Err(Error::Poisoned { .. })));
-    assert!(matches!(log.advance_epoch(Epoch(1)), Err(Error::Poisoned { .. })));
+    assert!(matches!(log.reset(Epoch(0), Lsn(9)), Err(Error::Fenced { .. })));
+    assert!(matches!(log.advance_epoch(Epoch(1)), Err(Error::Fenced { .. })));
     assert!(log.close().is_err());
     let crashed = st.state().crash(|_, _| SectorFate::Old);
     assert_eq!(reopen(&crashed), vec![(1, b"kept".to_vec())]);
@@ -805,7 +805,7 @@ fn a_written_replay_sees_every_operation_queued_before_it() {
     log.truncate_after(Epoch(0), Lsn(3)).unwrap();
     log.append_at(Epoch(0), Lsn(4), Payload::One(b"four".to_vec()), Durability::Written).unwrap();
     // Nothing waited on yet: the replay itself writes what is staged.
-    let got = log.replay_from(Some(Lsn(2)), wal::Bound::Written).unwrap().collect_entries().unwrap();
+    let got = log.replay_from(Some(Lsn(2)), wal::Durability::Written).unwrap().collect_entries().unwrap();
     assert_eq!(got, vec![(2, vec![2]), (3, vec![3]), (4, b"four".to_vec())]);
     log.close().unwrap();
 }
@@ -820,7 +820,7 @@ fn abandon_leaves_what_a_crash_leaves_and_a_shared_handle_closes_once() {
     let other = log.clone();
     other.abandon();
     let after = log.append(Epoch(0), b"x".to_vec(), Durability::Durable);
-    assert!(matches!(after, Err(Error::Poisoned { .. } | Error::ReadOnly)), "{after:?}");
+    assert!(matches!(after, Err(Error::Fenced { .. } | Error::ReadOnly)), "{after:?}");
     assert!(log.close().is_ok(), "a second stop does nothing");
     let crashed = st.state().crash(|_, _| SectorFate::Old);
     let (w, _) =

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use wal::storage::{MemStorage, SectorFate};
-use wal::{Bound, CrcVerdict, Epoch, Lsn, Options, Wal};
+use wal::{CrcVerdict, Durability, Epoch, Lsn, Options, Wal};
 
 const SEG: u32 = 64 * 1024;
 const E: Epoch = Epoch(0);
@@ -476,8 +476,8 @@ impl Harness {
             return Err(format!("first_lsn {:?} but model {:?}", log.first_lsn(), self.cur.first));
         }
         let views = [
-            ("written", Bound::Written, log.written_lsn(), &mut self.written),
-            ("durable", Bound::Durable, log.durable_lsn(), &mut self.durable),
+            ("written", Durability::Written, log.written_lsn(), &mut self.written),
+            ("durable", Durability::Durable, log.durable_lsn(), &mut self.durable),
         ];
         for (name, bound, last, cands) in views {
             let got = log

@@ -150,7 +150,7 @@ fn a_replay_from_a_later_lsn_does_not_count_as_the_check() {
     on_each_damaged_log(|dir, seq, _| {
         let (mut log, _) = Wal::open(dir, opts()).unwrap();
         let last = log.written_lsn().unwrap();
-        let tail = log.replay_from(Some(last), wal::Bound::Written).unwrap().collect_entries().unwrap();
+        let tail = log.replay_from(Some(last), wal::Durability::Written).unwrap().collect_entries().unwrap();
         assert_eq!(tail.len(), 1);
         damaged(log.append(Epoch(0), b"after the damage"), seq);
         drop(log);

@@ -330,7 +330,7 @@ fn a_failed_sync_with_a_batch_written_behind_it_fences_everything_and_retries_no
     }
     assert_eq!(c.poll_outcome(), Some(Ok(Lsn(4))), "c's written word stays");
     assert!(log.fenced().is_some());
-    assert!(matches!(log.append(Epoch(0), b"x".to_vec(), Durability::Durable), Err(Error::Poisoned { .. })));
+    assert!(matches!(log.append(Epoch(0), b"x".to_vec(), Durability::Durable), Err(Error::Fenced { .. })));
     st.faults().fail_sync_from = None;
     assert!(log.close().is_err(), "closing a fenced log must say so");
     assert_eq!(st.faults().syncs_seen, failing + 1, "a sync was issued after the failed one");

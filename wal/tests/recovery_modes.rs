@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use wal::storage::{MemStorage, SectorFate};
-use wal::{Bound, CrcVerdict, Epoch, Error, Lsn, Options, RecoveryMode, Wal};
+use wal::{CrcVerdict, Durability, Epoch, Error, Lsn, Options, RecoveryMode, Wal};
 
 const SEG: u32 = 64 * 1024;
 
@@ -15,7 +15,7 @@ fn open(st: &MemStorage, recovery: RecoveryMode) -> wal::Result<(Wal, wal::OpenR
 }
 
 fn entries(log: &Wal) -> Vec<(u64, Vec<u8>)> {
-    log.replay_from(None, Bound::Written).unwrap().collect_entries().unwrap()
+    log.replay_from(None, Durability::Written).unwrap().collect_entries().unwrap()
 }
 
 /// A log with 20 durable entries and then one more batch of 5 written but not synced.
@@ -147,11 +147,11 @@ fn a_failed_sync_poisons_the_log_until_reopen() {
     log.append(Epoch(0), b"maybe").unwrap();
     let e = log.sync().unwrap_err();
     assert!(matches!(e, Error::Io { .. }) && !e.is_rejected(), "{e}");
-    assert!(log.is_poisoned());
-    assert!(matches!(log.append(Epoch(0), b"x"), Err(Error::Poisoned { .. })));
+    assert!(log.is_fenced());
+    assert!(matches!(log.append(Epoch(0), b"x"), Err(Error::Fenced { .. })));
     // No retried sync can turn the failure into a success.
     st.faults().fail_sync_from = None;
-    assert!(matches!(log.sync(), Err(Error::Poisoned { .. })));
+    assert!(matches!(log.sync(), Err(Error::Fenced { .. })));
     assert_eq!(log.durable_lsn(), Some(Lsn(1)));
     drop(log);
     // The failed sync's pages were dropped by the "kernel": a crash keeps only the durable entry.
@@ -161,7 +161,7 @@ fn a_failed_sync_poisons_the_log_until_reopen() {
 }
 
 /// docs/invariants.md I6 with a transient EIO: only one fdatasync fails, so a retry would "succeed" (the
-/// kernel marked the failed pages clean). The sync still fails, the log stays poisoned, and a
+/// kernel marked the failed pages clean). The sync still fails, the log stays fenced, and a
 /// crash keeps only what was durable before. (Caught `mutant-no-fence-on-sync-error`, which
 /// retries, where a sync that keeps failing did not.)
 #[test]
@@ -176,8 +176,8 @@ fn a_transient_sync_failure_is_never_retried_into_a_success() {
     log.append(Epoch(0), b"lost with the failed sync").unwrap();
     let e = log.sync().expect_err("a failed fdatasync was reported as a success");
     assert!(matches!(e, Error::Io { .. }) && !e.is_rejected(), "{e}");
-    assert!(log.is_poisoned());
-    assert!(matches!(log.sync(), Err(Error::Poisoned { .. })));
+    assert!(log.is_fenced());
+    assert!(matches!(log.sync(), Err(Error::Fenced { .. })));
     assert_eq!(st.faults().syncs_seen, syncs + 1, "the failed sync was retried");
     assert_eq!(log.durable_lsn(), Some(Lsn(1)));
     drop(log);
@@ -201,7 +201,7 @@ fn disk_full_at_rotation_is_its_own_error_and_the_log_stays_usable() {
         assert!(n < 1000, "never ran out of space");
     };
     assert!(matches!(err, Error::DiskFull { .. }), "{err}");
-    assert!(!log.is_poisoned());
+    assert!(!log.is_fenced());
     assert_eq!(log.next_lsn(), Lsn(n + 1), "the refused append consumed an LSN");
     st.faults().capacity_bytes = None;
     log.append(Epoch(0), &[8; 500]).unwrap();

@@ -59,7 +59,7 @@ fn workload(n: usize, seed: u64) -> Vec<String> {
 fn replay_all(log: &Wal, from: Applier<Kv>) -> (Applier<Kv>, wal::state::CompareReport) {
     let mut r = Replayer::new(from);
     let start = r.applier().applied().map(|l| Lsn(l.0 + 1));
-    let mut it = log.replay_from(start, wal::Bound::Durable).unwrap();
+    let mut it = log.replay_from(start, wal::Durability::Durable).unwrap();
     r.run(&mut it).unwrap();
     r.finish()
 }

@@ -255,7 +255,7 @@ impl<S: StateMachine> Loop<'_, S> {
         let (name, applied) = {
             let a = self.core.read();
             if let Some(why) = a.fenced() {
-                return Err(crate::Error::Poisoned { cause: why.to_string() });
+                return Err(crate::Error::Fenced { cause: why.to_string() });
             }
             (write_snapshot(&*self.core.snapshots, &a, self.core.log_id)?, a.applied())
         };

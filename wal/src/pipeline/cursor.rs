@@ -80,7 +80,7 @@ impl<S: crate::state::StateMachine> Cursor<S> {
                 if fresh {
                     break; // a new replay already ran dry: the rest is not durable yet
                 }
-                self.replay = Some(core.log.replay_from(Some(self.next), crate::Bound::Durable)?);
+                self.replay = Some(core.log.replay_from(Some(self.next), crate::Durability::Durable)?);
                 fresh = true;
             }
             let Some(replay) = self.replay.as_mut() else { break };

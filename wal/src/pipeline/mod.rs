@@ -25,13 +25,13 @@ pub use cursor::{Cursor, CursorEntry};
 pub use promise::{Callback, Promise};
 
 use crate::error::{Error, Result};
-use crate::io_thread::{AsyncOptions, AsyncWal, Durability, Payload};
+use crate::io_thread::{AsyncOptions, AsyncWal, Payload};
 use crate::log::{OpenReport, Options, Wal};
-use crate::replay::Bound;
 use crate::state::snapshot::{list_snapshots, read_snapshot, SnapshotInfo};
 use crate::state::{Applied, Applier, CompareReport, EntryKind, Envelope, Fate, Replayer, StateMachine};
 use crate::storage::{FileStorage, Storage};
 use crate::ticket::{Failure, Notify};
+use crate::Durability;
 use crate::Lsn;
 use crossbeam_channel::Sender;
 use std::collections::HashMap;
@@ -329,7 +329,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         };
         let mut replayer = Replayer::new(applier);
         let start = replayer.applier().applied().map(|l| Lsn(l.0 + 1));
-        let mut replay = wal.replay_from(start, Bound::Durable)?;
+        let mut replay = wal.replay_from(start, Durability::Durable)?;
         replayer.run(&mut replay)?;
         drop(replay);
         let (applier, compare) = replayer.finish();
@@ -484,7 +484,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         let epoch = epoch.unwrap_or_else(|| core.log.epoch());
         let ticket = match core.log.append_with(epoch, log_payload, Durability::Durable, Some(notify)) {
             Ok(t) => t,
-            Err(e @ Error::Poisoned { .. }) => {
+            Err(e @ Error::Fenced { .. }) => {
                 return Err(fenced_failure(kind, core.opts.facts_when_fenced, &e.to_string()))
             }
             Err(e) => return Err(Failure::Rejected(e.to_string())),
@@ -559,8 +559,8 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         self.core()
             .to_apply
             .send(Msg::Snapshot(tx))
-            .map_err(|_| Error::Poisoned { cause: "the apply thread has stopped".into() })?;
-        rx.recv().map_err(|_| Error::Poisoned { cause: "the apply thread has stopped".into() })?
+            .map_err(|_| Error::Fenced { cause: "the apply thread has stopped".into() })?;
+        rx.recv().map_err(|_| Error::Fenced { cause: "the apply thread has stopped".into() })?
     }
 
     /// The I/O thread's counters.
@@ -587,11 +587,11 @@ impl<S: StateMachine + Sync> Pipeline<S> {
                 let closed = core.log.close();
                 match (closed, fenced) {
                     (Err(e), _) => Err(e),
-                    (Ok(()), Some(cause)) => Err(Error::Poisoned { cause }),
+                    (Ok(()), Some(cause)) => Err(Error::Fenced { cause }),
                     (Ok(()), None) => Ok(()),
                 }
             }
-            Err(_) => Err(Error::Poisoned { cause: "the pipeline core is still shared".into() }),
+            Err(_) => Err(Error::Fenced { cause: "the pipeline core is still shared".into() }),
         }
     }
 }

@@ -47,8 +47,8 @@ use wal::state::snapshot::{list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applier, EntryKind, Envelope, Replayer};
 use wal::storage::{Boundary, Call, CrashPoint, FailCall, MemState, MemStorage, SectorFate, Storage};
 use wal::{
-    AsyncOptions, AsyncWal, Bound, Checkpoint, Completion, CrcVerdict, Durability, Epoch, Error, Failure,
-    Lsn, Notify, Options, Payload, RecoveryMode, Stage, Wal,
+    AsyncOptions, AsyncWal, Checkpoint, Completion, CrcVerdict, Durability, Epoch, Error, Failure, Lsn,
+    Notify, Options, Payload, RecoveryMode, Stage, Wal,
 };
 
 pub const SEG: u32 = 64 * 1024;
@@ -373,7 +373,7 @@ impl Oracle<'_> {
         };
         let from_lsn = start.applied().map(|l| Lsn(l.0 + 1));
         let mut r = Replayer::new(start);
-        let mut it = log.replay_from(from_lsn, Bound::Written).map_err(|e| e.to_string())?;
+        let mut it = log.replay_from(from_lsn, Durability::Written).map_err(|e| e.to_string())?;
         r.run(&mut it).map_err(|e| format!("replay through the seam: {e}"))?;
         let (applier, report) = r.finish();
         if let Some(d) = &report.divergence {
@@ -500,7 +500,7 @@ pub struct Ran {
     staged: usize,
     purged: bool,
     snapshots: Vec<(u64, Checkpoint)>,
-    /// The first error a log call returned (with the log poisoned or not), if any.
+    /// The first error a log call returned (with the log fenced or not), if any.
     pub error: Option<(Error, bool)>,
     pub stale_rejected: u64,
     /// After a poisoning error: whether every later call was refused without a sync (or what
@@ -515,7 +515,7 @@ pub struct Ran {
 }
 
 /// Runs the seeded workload on `st` (whose faults the caller set). Stops at the first error a
-/// log call returns when the log is poisoned; otherwise the refused operation leaves the model,
+/// log call returns when the log is fenced; otherwise the refused operation leaves the model,
 /// as it left the log, and the workload goes on.
 pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> Ran {
     let set = |f: &mut dyn FnMut(&mut Model)| f(&mut lock(model));
@@ -537,7 +537,7 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
     let (mut log, _) = match Wal::open_with(Arc::new(st.clone()), opts(plan.seed)) {
         Ok(l) => l,
         Err(e) => {
-            let p = matches!(e, Error::Poisoned { .. }) || !matches!(e, Error::DiskFull { .. });
+            let p = matches!(e, Error::Fenced { .. }) || !matches!(e, Error::DiskFull { .. });
             ran.error = Some((e, p));
             return ran;
         }
@@ -576,7 +576,7 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
             snapshotted = true;
             sync_model(&hist, acked, purging, "sync");
             if let Err(e) = log.sync() {
-                ran.error = Some((e, log.is_poisoned()));
+                ran.error = Some((e, log.is_fenced()));
                 break;
             }
             acked = hist.len();
@@ -592,7 +592,7 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
                 ran.snapshots.push((l.0, state.checkpoint()));
                 sync_model(&hist, acked, purging, "snapshot");
                 if let Err(e) = write_snapshot(st as &dyn Storage, &state, log.log_id()) {
-                    ran.error = Some((e, log.is_poisoned()));
+                    ran.error = Some((e, log.is_fenced()));
                     continue;
                 }
                 purging = true;
@@ -600,7 +600,7 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
                 match log.purge_before(Lsn(l.0 + 1)) {
                     Ok(r) => ran.purged |= !r.segments_removed.is_empty(),
                     Err(e) => {
-                        let p = log.is_poisoned();
+                        let p = log.is_fenced();
                         ran.error = Some((e, p));
                         if p {
                             break;
@@ -681,7 +681,7 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
             Ok("flush") => flushed = hist.len(),
             Ok(_) => {}
             Err(e) => {
-                let poisoned = log.is_poisoned();
+                let poisoned = log.is_fenced();
                 if !poisoned {
                     // Refused (disk full): what the call staged is gone; a batch write that ran
                     // out of space also withdrew the rest of the unwritten batch, while a sync
@@ -735,7 +735,7 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
         ];
         let wrong: Vec<String> = calls
             .into_iter()
-            .filter(|(_, r)| !matches!(r, Err(Error::Poisoned { .. })))
+            .filter(|(_, r)| !matches!(r, Err(Error::Fenced { .. })))
             .map(|(c, r)| format!("{c} gave {r:?}"))
             .collect();
         let retried = st.faults().syncs_seen - syncs;
@@ -1322,7 +1322,7 @@ fn io_thread_eio_run(st: &MemStorage, seed: u64, k: u64) -> Option<EioRun> {
                 hist.push(HOp::Put(lsn, p), true);
                 tickets.push_back(t);
             }
-            Err(Error::Poisoned { .. }) => break,
+            Err(Error::Fenced { .. }) => break,
             Err(e) => panic!("{ctx}: append: {e}"),
         }
         if tickets.len() > 4 {
