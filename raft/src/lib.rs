@@ -11,8 +11,8 @@
 //!   Every write goes through the writer's one queue, which group-commits with one fdatasync in
 //!   flight while the next batch is written: an append returns once queued (a read after it
 //!   sees it, written but not durable), and its `IOFlushed` callback fires only after the
-//!   fdatasync that covers it completed. `save_vote`, `save_committed`, `truncate_after` and
-//!   `purge` return only once durable.
+//!   fdatasync that covers it completed. `save_vote`, `truncate_after` and `purge` return only
+//!   once durable; `save_committed` is a restart hint, durable with the next sync.
 //! - [`StateMachineStore`] implements `RaftStateMachine` over [`wal::state::Applier`] with the
 //!   reference [`catalog::Catalog`]: the same apply function the log's replay and `walcheck`
 //!   use. Snapshots are the seam's snapshot encoding (the catalog's export), installed through

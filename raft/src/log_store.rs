@@ -5,7 +5,8 @@
 //! | openraft | here |
 //! |---|---|
 //! | `append(entries, cb)` | contiguity checked, entries queued to the writer at LSN = index (`AsyncWal::append_at`); returns at once; `cb` fires on the acknowledgement thread once the fdatasync covering them completed |
-//! | `save_vote` / `save_committed` | a metadata record in the same queue; returns once it (and every write queued before it) is durable |
+//! | `save_vote` | a metadata record in the same queue; returns once it (and every write queued before it) is durable |
+//! | `save_committed` | a metadata record in the same queue, returned at once: a restart hint, durable with the next sync (docs/replication-safety.md) |
 //! | `truncate_after(Some(id))` | the log's `Truncate` record (replay drops what it cuts), durable before returning |
 //! | `truncate_after(None)` | the log's `Reset` record, durable before returning |
 //! | `purge(id)` | a metadata record holding `id` (plus a `Reset` when no entry stays above it), durable before returning; whole sealed segments at or below `id` are removed after that |
@@ -489,7 +490,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let value = codec::meta_value(vote)?;
         bump(&self.shared.counters.votes, 1);
-        durable(self.shared.wal.set_meta(VOTE_META_KEY, &value).map_err(err)?).await?;
+        durable(self.shared.wal.set_meta(VOTE_META_KEY, &value, Durability::Durable).map_err(err)?).await?;
         self.shared.lock().vote = Some(*vote);
         Ok(())
     }
@@ -497,7 +498,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
         let value = codec::meta_value(&committed)?;
         bump(&self.shared.counters.committed, 1);
-        durable(self.shared.wal.set_meta(COMMITTED_META_KEY, &value).map_err(err)?).await?;
+        // A restart hint, not part of Raft's safety: queued behind every entry it covers (so a
+        // durable committed id never points past the log) and made durable by the next sync
+        // (the next entry's, or at most `written_sync_delay` later), not waited for. A restart
+        // inside that window re-applies from an older committed id and catches up once it sees
+        // the cluster's commit (docs/replication-safety.md).
+        let ticket =
+            self.shared.wal.set_meta(COMMITTED_META_KEY, &value, Durability::Written).map_err(err)?;
+        drop(ticket);
         self.shared.lock().committed = committed;
         Ok(())
     }
@@ -603,7 +611,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
             bump(&self.shared.counters.purges, 1);
             let wal = &self.shared.wal;
-            let meta = wal.set_meta(PURGED_META_KEY, &value).map_err(err)?;
+            let meta = wal.set_meta(PURGED_META_KEY, &value, Durability::Durable).map_err(err)?;
             if reset {
                 wal.reset(EPOCH, Lsn(log_id.index + 1)).map_err(err)?
             } else {

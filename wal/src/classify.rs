@@ -7,15 +7,19 @@
 //! that is not zero), or it checks out entirely but breaks a rule no torn write can produce
 //! (`semantic`: sequence gap, chain break, LSN gap, stale epoch, bad batch structure, wrong
 //! segment identity, a length past its room, a file shorter than its header says). For the
-//! first damaged record of the log:
+//! first damaged record of the log (*damaged*: its header or its body fails):
 //!
-//! | header ok | body ok | semantic | attested | blank sector | verdict |
-//! |---|---|---|---|---|---|
-//! | yes | yes | no | - | - | valid record |
-//! | yes | yes | yes | - | - | CORRUPT |
-//! | any | any | - | yes | - | CORRUPT |
-//! | any | any | - | no | yes | TORN_TAIL |
-//! | any | any | - | no | no | CORRUPT_TAIL |
+//! | record | breaks a rule no tear can | attested | blank sector | verdict |
+//! |---|---|---|---|---|
+//! | checks out | no | any | any | valid record |
+//! | any | yes | any | any | CORRUPT |
+//! | damaged | no | yes | any | CORRUPT |
+//! | damaged | no | no | yes | TORN_TAIL |
+//! | damaged | no | no | no | CORRUPT_TAIL |
+//!
+//! The table is data ([`TABLE`]): [`decide`] looks the inputs up in it, a test checks that every
+//! combination of inputs matches exactly one row, and that this table and FORMAT.md's are the
+//! rendering of it.
 //!
 //! *Attested*: a later segment has a valid header (rotation syncs the old segment first), or a
 //! self-valid batch frame or footer at or after the damage in the same segment declares
@@ -61,7 +65,99 @@ pub fn end_of_nonzero(b: &[u8]) -> usize {
     0
 }
 
-/// The decision table of the module docs.
+/// What one row of the decision table asks of one input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Match {
+    Yes,
+    No,
+    Any,
+}
+
+impl Match {
+    fn matches(self, v: bool) -> bool {
+        match self {
+            Match::Yes => v,
+            Match::No => !v,
+            Match::Any => true,
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Match::Yes => "yes",
+            Match::No => "no",
+            Match::Any => "any",
+        }
+    }
+}
+
+/// One row of the decision table: a matcher per input, and the verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// `Yes`: the record checks out (header and body); `No`: it is damaged.
+    pub record_ok: Match,
+    /// It checks out but breaks a rule no torn write can produce.
+    pub semantic: Match,
+    pub attested: Match,
+    pub blank_sector: Match,
+    /// `None`: a valid record, not damage.
+    pub verdict: Option<CrcVerdict>,
+}
+
+/// The decision table of the module docs, one row per case; exactly one row matches any inputs.
+pub const TABLE: [Row; 5] = {
+    use Match::{Any, No, Yes};
+    [
+        Row::new(Yes, No, Any, Any, None),
+        Row::new(Any, Yes, Any, Any, Some(CrcVerdict::Corrupt)),
+        Row::new(No, No, Yes, Any, Some(CrcVerdict::Corrupt)),
+        Row::new(No, No, No, Yes, Some(CrcVerdict::TornTail)),
+        Row::new(No, No, No, No, Some(CrcVerdict::CorruptTail)),
+    ]
+};
+
+impl Row {
+    const fn new(
+        record_ok: Match,
+        semantic: Match,
+        attested: Match,
+        blank_sector: Match,
+        verdict: Option<CrcVerdict>,
+    ) -> Row {
+        Row { record_ok, semantic, attested, blank_sector, verdict }
+    }
+
+    fn matches(&self, record_ok: bool, semantic: bool, attested: bool, blank_sector: bool) -> bool {
+        self.record_ok.matches(record_ok)
+            && self.semantic.matches(semantic)
+            && self.attested.matches(attested)
+            && self.blank_sector.matches(blank_sector)
+    }
+}
+
+/// The decision table rendered as Markdown, as the module docs and FORMAT.md show it.
+pub fn table_markdown() -> String {
+    let mut out = String::from(
+        "| record | breaks a rule no tear can | attested | blank sector | verdict |\n|---|---|---|---|---|\n",
+    );
+    for r in &TABLE {
+        let record = match r.record_ok {
+            Match::Yes => "checks out",
+            Match::No => "damaged",
+            Match::Any => "any",
+        };
+        let verdict = r.verdict.map_or("valid record", CrcVerdict::as_str);
+        out += &format!(
+            "| {record} | {} | {} | {} | {verdict} |\n",
+            r.semantic.word(),
+            r.attested.word(),
+            r.blank_sector.word()
+        );
+    }
+    out
+}
+
+/// Looks the inputs up in [`TABLE`]: `None` for a valid record, else the verdict of the damage.
 pub fn decide(
     header_ok: bool,
     body_ok: bool,
@@ -69,19 +165,13 @@ pub fn decide(
     attested: bool,
     blank_sector: bool,
 ) -> Option<CrcVerdict> {
-    if header_ok && body_ok && !semantic {
-        return None;
-    }
     // Mutant (tools/mutants.sh, I4): damage in attested (synced, acknowledged) data with a
     // zero sector or a short record passes for a torn tail, so a writer would cut it.
     let attested = attested && !cfg!(feature = "mutant-attested-damage-as-torn");
-    if semantic || attested {
-        return Some(CrcVerdict::Corrupt);
-    }
-    if blank_sector {
-        return Some(CrcVerdict::TornTail);
-    }
-    Some(CrcVerdict::CorruptTail)
+    let record_ok = header_ok && body_ok;
+    let row = TABLE.iter().find(|r| r.matches(record_ok, semantic, attested, blank_sector));
+    // Every combination matches a row (tested); were one to match none, damage is CORRUPT.
+    row.map_or(Some(CrcVerdict::Corrupt), |r| r.verdict)
 }
 
 /// A segment file's bytes at their offsets, as classifying damage reads them: held whole (a
@@ -240,33 +330,44 @@ pub fn classify_in(
 mod tests {
     use super::*;
 
-    /// Every combination of the decision table's inputs, against the table in the module docs.
+    /// Every combination of the decision table's inputs matches exactly one row, every row is
+    /// reached, and `decide` answers that row's verdict.
     #[test]
     fn decision_table_every_combination() {
-        let mut seen = std::collections::BTreeMap::new();
+        let mut reached = [0u32; TABLE.len()];
         for bits in 0u32..32 {
             let b = |i: u32| bits & (1 << i) != 0;
             let (h, body, sem, att, blank) = (b(0), b(1), b(2), b(3), b(4));
-            let got = decide(h, body, sem, att, blank);
-            let want = if h && body && !sem {
-                None
-            } else if sem || att {
-                Some(CrcVerdict::Corrupt)
-            } else if blank {
-                Some(CrcVerdict::TornTail)
-            } else {
-                Some(CrcVerdict::CorruptTail)
-            };
-            assert_eq!(
-                got, want,
-                "inputs header_ok={h} body_ok={body} semantic={sem} attested={att} blank={blank}"
-            );
-            *seen.entry(format!("{got:?}")).or_insert(0) += 1;
+            let rows: Vec<usize> =
+                (0..TABLE.len()).filter(|&i| TABLE[i].matches(h && body, sem, att, blank)).collect();
+            let what = format!("header_ok={h} body_ok={body} semantic={sem} attested={att} blank={blank}");
+            assert_eq!(rows.len(), 1, "{what}: rows {rows:?} match");
+            reached[rows[0]] += 1;
+            assert_eq!(decide(h, body, sem, att, blank), TABLE[rows[0]].verdict, "{what}");
         }
-        // Each outcome is reachable.
-        assert_eq!(seen.len(), 4, "{seen:?}");
-        // Attested damage is CORRUPT even with evidence of tearing.
+        assert!(reached.iter().all(|&n| n > 0), "a row no input reaches: {reached:?}");
+        // The cases the invariants name (docs/invariants.md I4): attested damage is CORRUPT even
+        // with evidence of tearing; unattested damage with it is a torn tail; without it, not.
         assert_eq!(decide(true, false, false, true, true), Some(CrcVerdict::Corrupt));
+        assert_eq!(decide(false, true, false, true, true), Some(CrcVerdict::Corrupt));
+        assert_eq!(decide(false, false, false, false, true), Some(CrcVerdict::TornTail));
+        assert_eq!(decide(true, false, false, false, false), Some(CrcVerdict::CorruptTail));
+        assert_eq!(decide(true, true, true, false, true), Some(CrcVerdict::Corrupt));
+        assert_eq!(decide(true, true, false, true, false), None);
+    }
+
+    /// The module docs and FORMAT.md show the table as [`table_markdown`] renders it.
+    #[test]
+    fn the_documented_tables_are_the_data() {
+        let table = table_markdown();
+        let module: String = include_str!("classify.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! ").or(l.strip_prefix("//!")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(module.contains(&table), "the module docs' table is not:\n{table}");
+        let format = include_str!("../../FORMAT.md");
+        assert!(format.contains(&table), "FORMAT.md section 8's table is not:\n{table}");
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //!   under one lock, so a Rejected append never consumes an LSN and the queue order is the LSN
 //!   order. The queue is bounded in entries and bytes; a full queue waits or answers
 //!   [`Error::Busy`] at once, as the caller chose.
+//! - Every other operation of the synchronous handle runs here too, with the same arguments:
+//!   [`AsyncWal::append_at`], [`AsyncWal::truncate_after`], [`AsyncWal::reset`],
+//!   [`AsyncWal::set_meta`], [`AsyncWal::advance_epoch`], [`AsyncWal::checkpoint`],
+//!   [`AsyncWal::purge_before`] and [`AsyncWal::replay_from`]. Each is checked and placed at
+//!   submission against the submit side's copy of the log's position (`control.rs`), in queue
+//!   order with the appends, and its ticket resolves when it is durable.
 //! - [`AsyncWal::append_untracked`] is the same step for an entry nobody will wait on: the
 //!   caller's slice is copied into a buffer from a pool the I/O thread refills, no ticket is
 //!   made and nothing is resolved for it, so a steady stream allocates nothing per entry. A
@@ -579,10 +585,11 @@ impl AsyncWal {
     }
 
     /// [`Wal::set_meta`] on the I/O thread (a Raft vote, a committed index). The ticket carries
-    /// the next LSN and resolves when the record is durable.
-    pub fn set_meta(&self, key: u32, value: &[u8]) -> Result<Ticket> {
+    /// the next LSN and resolves at `durability`, as an append's does: a value that may lag
+    /// behind (a restart hint) is asked for `Written`, and its sync comes with the next one.
+    pub fn set_meta(&self, key: u32, value: &[u8], durability: Durability) -> Result<Ticket> {
         let op = Control::SetMeta { key, value: value.to_vec() };
-        self.control(None, op, Durability::Durable)
+        self.control(None, op, durability)
     }
 
     /// [`Wal::advance_epoch`] on the I/O thread: appends under an older epoch are refused from
@@ -1051,6 +1058,11 @@ impl Io {
             p.slot.resolve_written(Lsn(p.lsn));
         }
         let end_seq = self.wal.written_seq();
+        // Flights resolve oldest first: each one ends past the one before it.
+        debug_assert!(
+            self.flights.back().is_none_or(|f| f.end_seq <= end_seq),
+            "a flight ends before the last"
+        );
         self.flights.push_back(Flight {
             end_seq,
             pending,

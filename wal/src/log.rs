@@ -894,6 +894,7 @@ impl Wal {
             self.fenced.get_or_insert_with(|| why.clone());
             return Err(Error::Fenced { cause: why });
         }
+        debug_assert!(seq <= self.written_seq, "durable {seq} past written {}", self.written_seq);
         self.durable_seq = seq;
         self.durable_logical = logical;
         self.durable_end = end;
@@ -961,6 +962,7 @@ impl Wal {
                 b
             })
             .unwrap_or_default();
+        debug_assert!(seq_after > self.next_seq, "a written batch moved the record sequence back");
         self.next_seq = seq_after;
         self.last_crc = crc_after;
         self.written_seq = seq_after - 1;

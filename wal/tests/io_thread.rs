@@ -693,7 +693,7 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::SetMeta { key, len } => {
                 let w = outcome(sync.set_meta(key, &bytes(i, len)), |()| next);
-                (w, outcome(log.set_meta(key, &bytes(i, len)), |t| t.lsn.0))
+                (w, outcome(log.set_meta(key, &bytes(i, len), Durability::Durable), |t| t.lsn.0))
             }
             Op::AdvanceEpoch { by } => {
                 let new = Epoch((cur.0 as i64 + by).max(0) as u64);
@@ -750,7 +750,7 @@ fn operations_queued_behind_a_failed_sync_fail_and_later_ones_are_refused() {
     log.append(Epoch(0), b"kept".to_vec(), Durability::Durable).unwrap().wait().unwrap();
     let n = st.faults().syncs_seen;
     st.faults().fail_sync_from = Some(n);
-    let meta = log.set_meta(3, b"vote").unwrap();
+    let meta = log.set_meta(3, b"vote", Durability::Written).unwrap();
     let cut = log.truncate_after(Epoch(0), Lsn(0)).unwrap();
     assert!(matches!(meta.wait(), Err(Failure::Indeterminate(_))), "{:?}", meta.wait());
     assert!(matches!(cut.wait(), Err(Failure::Indeterminate(_))), "{:?}", cut.wait());
@@ -771,7 +771,7 @@ fn disk_full_rejects_queued_operations_and_gives_their_position_back() {
     let rejected = loop {
         let t =
             log.append_at(Epoch(0), log.next_lsn(), Payload::One(vec![7; 500]), Durability::Durable).unwrap();
-        let cut = log.set_meta(1, &durable.to_le_bytes()).unwrap();
+        let cut = log.set_meta(1, &durable.to_le_bytes(), Durability::Durable).unwrap();
         match (t.wait(), cut.wait()) {
             (Ok(_), Ok(_)) => durable += 1,
             (Err(f), Err(g)) => {
@@ -814,7 +814,7 @@ fn a_written_replay_sees_every_operation_queued_before_it() {
 fn abandon_leaves_what_a_crash_leaves_and_a_shared_handle_closes_once() {
     let st = MemStorage::new();
     let log = Arc::new(start(&st, AsyncOptions::default()));
-    log.set_meta(2, b"term 5").unwrap().wait().unwrap();
+    log.set_meta(2, b"term 5", Durability::Durable).unwrap().wait().unwrap();
     let durable = log.append(Epoch(0), b"durable".to_vec(), Durability::Durable).unwrap();
     durable.wait().unwrap();
     let other = log.clone();
