@@ -27,9 +27,9 @@ use catalog::Catalog;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use wal::replay::{ItemKind, Replay};
 use wal::state::Applier;
 use wal::{Durability, Options, RecoveryMode, Wal};
+use wal::{ItemKind, Replay};
 
 /// walcheck's exit code for DIVERGENT.
 pub const EXIT_DIVERGENT: i32 = 4;

@@ -8,9 +8,9 @@ use crate::state::{StateMachineSpec, DEFAULT_DEDUPE_WINDOW};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
-use wal::replay::{ItemKind, Replay};
 use wal::state::{recorded_dedupe_window, Applier, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY};
 use wal::{Durability, Lsn, Options, RecoveryMode, Wal};
+use wal::{ItemKind, Replay};
 
 /// The verdict of a comparison.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,11 +11,11 @@ use crate::pread::ReadOnlyDir;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use wal::replay::ItemKind;
 use wal::state::snapshot::{self, SnapshotInfo};
 use wal::state::{
     recorded_dedupe_window, Applier, CompareReport, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY,
 };
+use wal::ItemKind;
 use wal::{CrcVerdict, Durability, Lsn, Options, RecoveryMode, Wal};
 
 /// The dedupe window a replay uses when the log does not record one (the pipeline's default).

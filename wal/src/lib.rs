@@ -26,6 +26,9 @@
 //! assert_eq!(entries, vec![(lsn.0, b"create job 7".to_vec())]);
 //! ```
 
+// Without `internal`, code only the workspace's own crates call is unused here.
+#![cfg_attr(not(feature = "internal"), allow(dead_code, unused_imports))]
+
 // The mutants of tools/mutants.sh break invariants on purpose: never in an optimized build.
 #[cfg(all(
     not(debug_assertions),
@@ -46,39 +49,76 @@ compile_error!(
     "a mutant-* feature is on in a build without debug assertions: they exist only for tools/mutants.sh"
 );
 
-mod batch;
+// Modules the workspace's own crates read (the verifier, walcheck, fixtures, fuzzing, the Raft
+// adapter, the tests): public only with the `internal` feature, and hidden from the docs. A
+// controller sees the root's items and the state layer (`state`, `pipeline`).
+#[cfg(feature = "internal")]
+#[doc(hidden)]
 pub mod classify;
+#[cfg(not(feature = "internal"))]
+mod classify;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod format;
+#[cfg(not(feature = "internal"))]
+mod format;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod lifecycle;
+#[cfg(not(feature = "internal"))]
+mod lifecycle;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod recovery;
+#[cfg(not(feature = "internal"))]
+mod recovery;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod scan;
+#[cfg(not(feature = "internal"))]
+mod scan;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod stale;
+#[cfg(not(feature = "internal"))]
+mod stale;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod storage;
+#[cfg(not(feature = "internal"))]
+mod storage;
+
+mod batch;
 mod control;
 mod crc;
-pub mod error;
-pub mod format;
-pub mod io_thread;
-pub mod lifecycle;
+mod error;
+mod io_thread;
 mod log;
 mod log_files;
-pub mod metrics;
+mod metrics;
 mod open;
 mod open_check;
 pub mod pipeline;
-pub mod recovery;
 mod recycle;
-pub mod replay;
-pub mod scan;
+mod replay;
 mod segment_read;
-pub mod stale;
 pub mod state;
-pub mod storage;
-pub mod ticket;
+mod ticket;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
 pub use io_thread::{AsyncOptions, AsyncWal, Payload, WhenFull};
-pub use log::{
-    Backend, Checkpoint, OpenCheck, OpenReport, Options, PurgeReport, SegmentFill, Wal,
-    RESERVE_BYTES_PER_SYNC,
-};
-pub use recovery::{scan_log, scan_log_with, Depth, LogScan, RecoveryMode, SegmentInfo};
+pub use log::{Backend, Checkpoint, OpenCheck, OpenReport, Options, PurgeReport, SegmentFill, Wal};
+pub use metrics::{Histogram, Stats};
+pub use recovery::RecoveryMode;
 pub use replay::{Entries, Item, ItemKind, Replay};
 pub use ticket::{Completion, DurableFuture, Failure, Notify, Stage, Ticket};
+
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use log::RESERVE_BYTES_PER_SYNC;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use recovery::{scan_log, scan_log_with, Depth, LogScan, SegmentInfo};
 
 /// A log sequence number: an entry's position as the log's users see it (the Raft index in
 /// replicated mode). Truncation can reuse an LSN; the record sequence behind it never repeats.

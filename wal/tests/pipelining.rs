@@ -64,7 +64,7 @@ struct Run {
 /// backend that defers, reverses and splits. Batches are small (4 appends), so with the queue
 /// ahead of it the I/O thread writes the next batch while each sync is still held back. Every
 /// sync point is recorded with the acknowledged prefix.
-fn pipelined_run(seed: u64, short_write_max: u64) -> (Run, MemStorage, wal::metrics::Stats) {
+fn pipelined_run(seed: u64, short_write_max: u64) -> (Run, MemStorage, wal::Stats) {
     let st = MemStorage::new();
     let log = Arc::new(start(&st, AsyncOptions { max_batch_entries: 4, ..AsyncOptions::default() }));
     {
