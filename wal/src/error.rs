@@ -10,55 +10,104 @@ pub enum DamageKind {
     ZeroHeader,
     /// The file ends early: before its segment header's length, or inside a record.
     ShortAtEof,
+    /// A header fails its own checksum: a record header's `header_crc` (over its bytes 8..48)
+    /// or a segment header's (over its bytes 0..60).
     HeaderChecksum {
+        /// The checksum stored in the header.
         expected: u32,
+        /// The checksum computed over the bytes read.
         actual: u32,
     },
+    /// A record whose header checks out fails its `crc` (the header's bytes 4..48 and the
+    /// payload).
     Checksum {
+        /// The checksum stored in the record header.
         expected: u32,
+        /// The checksum computed over the bytes read.
         actual: u32,
     },
     /// A length beyond the maximum or past the segment's data area.
     BadLength {
+        /// The payload length the record header declares, in bytes.
         payload_len: u64,
     },
+    /// A record kind byte that is not one of FORMAT.md section 3.1 (the byte read).
     BadKind(u8),
+    /// Record flags not allowed for the record's kind (the byte read): only entries may carry
+    /// `GROUP_CONT`.
     BadFlags(u8),
+    /// Reserved bytes of a record or segment header that are not zero.
     NonZeroReserved,
+    /// Non-zero padding: after a record's payload, between the keys of a State record, or
+    /// between a batch's end and the next sector boundary.
     NonZeroPadding,
     /// Bytes after the end of the data (or in the footer slot) that should be zero.
     NonZeroTail,
+    /// A record sequence (or a segment header's first record sequence) that does not follow
+    /// the one before it.
     SeqGap {
+        /// The record sequence that should have come next.
         expected: u64,
+        /// The record sequence found.
         found: u64,
     },
+    /// A `prev_crc` that is not the previous record's checksum (or, for a segment's first
+    /// record, its chain seed; for a segment header, the previous segment's last checksum).
     ChainBreak {
+        /// The link the chain requires.
         expected: u32,
+        /// The link stored.
         found: u32,
     },
+    /// An entry whose LSN is not the log's next LSN at that point.
     LsnGap {
+        /// The next LSN the records before it left.
         expected: u64,
+        /// The LSN the entry carries.
         found: u64,
     },
+    /// A record written under a writer epoch older than the one in force (or an Epoch record
+    /// that does not raise it).
     StaleEpoch {
+        /// The writer epoch in force at that point.
         current: u64,
+        /// The epoch the record carries.
         found: u64,
     },
     /// Batch frames and the records they declare disagree.
     BadFrame(&'static str),
+    /// A record that checks out but breaks a rule of the log's logical state (FORMAT.md section
+    /// 3.1): a State record that disagrees with the log before it, a record before the
+    /// segment's State, an epoch newer than the log's, an LSN overflow; the text says which.
     BadState(&'static str),
+    /// A segment header that is unreadable, or checks out but breaks a rule (magic, sequence,
+    /// length, recycled without a valid stale table), or an empty segment before one holding
+    /// data; the text says which.
     BadSegmentHeader(&'static str),
+    /// A footer that is not one, or checks out but disagrees with its segment (or with the
+    /// footer a clean close recorded); the text says which.
     BadFooter(&'static str),
+    /// A segment header whose log id is not the log's: the file belongs to another log.
     ForeignSegment,
+    /// A segment the log needs does not exist: one in the gap-free run from the purge floor,
+    /// or the one `wal.meta` says a clean close sealed last.
     MissingSegment {
+        /// The sequence of the missing segment.
         segment: u64,
     },
+    /// A sealed segment has no footer, yet a later segment holds data (rotation writes the
+    /// footer first).
     MissingFooter,
+    /// The segment `wal.meta` names as the purge floor (the first that must exist) is missing.
     MissingPurgeFloor,
+    /// `wal.meta` is missing, of the wrong length, fails its checksum or names an impossible
+    /// floor; the text says which.
     BadMetaFile(&'static str),
     /// `wal.close` names the clean close `wal.meta` records but does not hold the state the
     /// walk found (only a full scan reads both).
     BadCloseFile(&'static str),
+    /// A segment header or `wal.meta` with a format version this build does not read (the
+    /// version found).
     UnsupportedVersion(u32),
     /// A segment header, its checksum valid, with flags this build does not know: written by a
     /// newer version (FORMAT.md section 2.1).
@@ -126,14 +175,24 @@ impl fmt::Display for DamageKind {
 /// The CRC verdict of docs/invariants.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CrcVerdict {
+    /// OK: every record's checksum and the chain check out.
     Ok,
+    /// TORN_TAIL: the last batch is incomplete with evidence of a torn write, and everything
+    /// before it is intact. A writer cuts it (`RecoveryMode::TruncateTornTail`).
     TornTail,
+    /// CORRUPT_TAIL: the last batch is damaged without evidence of a torn write. It may hold
+    /// acknowledged data, so a writer refuses to open.
     CorruptTail,
+    /// CORRUPT: damage before the last batch, a chain break, a gap, or a missing or
+    /// non-regular file; never skipped.
     Corrupt,
+    /// UNSUPPORTED_VERSION: a format version (or segment header flags) this build does not
+    /// know: a newer version wrote the log.
     UnsupportedVersion,
 }
 
 impl CrcVerdict {
+    /// The verdict's word as docs/invariants.md and walcheck spell it (`"TORN_TAIL"`, say).
     pub fn as_str(self) -> &'static str {
         match self {
             CrcVerdict::Ok => "OK",
@@ -165,7 +224,9 @@ impl fmt::Display for CrcVerdict {
 /// Damage found in a log, classified, with where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Damage {
+    /// How the damage is classified (FORMAT.md section 8): never [`CrcVerdict::Ok`].
     pub verdict: CrcVerdict,
+    /// What was found wrong.
     pub kind: DamageKind,
     /// Segment sequence of the file holding the damage.
     pub segment: u64,
@@ -195,22 +256,49 @@ impl fmt::Display for Damage {
 #[derive(Debug)]
 pub enum Error {
     /// An I/O error, with what was being done.
-    Io { context: String, source: io::Error },
+    Io {
+        /// What the log was doing, for the message ("locking the log directory", say).
+        context: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
     /// The device is full (or the configured budget is spent); the unsynced tail was withdrawn
     /// and the log remains usable.
-    DiskFull { context: String },
+    DiskFull {
+        /// What the log was doing when the space ran out.
+        context: String,
+    },
     /// A previous write or sync failed; the log accepts nothing until it is reopened.
-    Fenced { cause: String },
+    Fenced {
+        /// The failure that fenced the log.
+        cause: String,
+    },
     /// The log is damaged in a way the recovery mode does not repair.
     Damaged(Damage),
     /// Another process holds the directory lock.
     Locked(String),
     /// An append carried a writer epoch older than the log's.
-    StaleEpoch { current: u64, given: u64 },
+    StaleEpoch {
+        /// The log's writer epoch.
+        current: u64,
+        /// The epoch the append carried.
+        given: u64,
+    },
     /// An append carried a writer epoch newer than the log's: call `advance_epoch` first.
-    EpochNotAdvanced { current: u64, given: u64 },
+    EpochNotAdvanced {
+        /// The log's writer epoch.
+        current: u64,
+        /// The epoch the append carried.
+        given: u64,
+    },
     /// A payload larger than the log accepts.
-    TooLarge { len: u64, max: u64 },
+    TooLarge {
+        /// The length in bytes of what was refused (an entry's payload, a metadata value).
+        len: u64,
+        /// The most the log accepts there, in bytes: the log's payload maximum for an entry,
+        /// 256 for a metadata value.
+        max: u64,
+    },
     /// Arguments that make no sense (named in the message).
     InvalidArgument(String),
     /// The directory holds no log (and `create` was not asked for).
@@ -220,12 +308,22 @@ pub enum Error {
     /// The I/O thread's queue is full and the caller asked not to wait.
     Busy,
     /// A snapshot file is damaged or does not rebuild the state it records.
-    BadSnapshot { name: String, what: String },
+    BadSnapshot {
+        /// The snapshot's file name.
+        name: String,
+        /// What is wrong with it.
+        what: String,
+    },
     /// A snapshot or checkpoint names a format, digest or state-machine version this build does
     /// not know.
     Unsupported(String),
     /// A reader's position was purged: the log now starts at `first`.
-    PurgedPast { position: u64, first: u64 },
+    PurgedPast {
+        /// The LSN the reader was to read next.
+        position: u64,
+        /// The first LSN the log still holds.
+        first: u64,
+    },
 }
 
 impl Error {
@@ -294,4 +392,5 @@ impl std::error::Error for Error {
     }
 }
 
+/// The result of the log's operations, [`Error`] by default.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -63,7 +63,9 @@ use std::time::{Duration, Instant};
 /// What `append` does when the queue is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WhenFull {
+    /// The append waits until the queue has room for it (the default).
     Wait,
+    /// The append is refused at once with [`Error::Busy`] (Rejected: nothing was logged).
     Busy,
 }
 
@@ -74,7 +76,11 @@ pub struct AsyncOptions {
     /// until it is written (handed to the OS), a `Durable` one until it is durable. A full
     /// queue waits or answers Busy ([`WhenFull`]).
     pub queue_entries: usize,
+    /// The queue's bound in payload bytes (default 64 MiB): up to this much payload memory
+    /// waits in the queue, each entry's bytes counted for as long as it holds its place.
     pub queue_bytes: usize,
+    /// What an append does when either bound is reached: wait (the default) or answer
+    /// [`Error::Busy`].
     pub when_full: WhenFull,
     /// The most entries one batch takes from the queue.
     pub max_batch_entries: usize,
@@ -161,7 +167,10 @@ impl Shared {
 /// that takes consecutive LSNs and survives a crash whole or not at all.
 #[derive(Debug)]
 pub enum Payload {
+    /// One entry's bytes.
     One(Vec<u8>),
+    /// The entries of one user batch, in LSN order: written in one batch frame, linked by
+    /// `GROUP_CONT`, so a crash keeps all of them or none.
     Group(Vec<Vec<u8>>),
 }
 

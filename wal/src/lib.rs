@@ -28,6 +28,8 @@
 
 // Without `internal`, code only the workspace's own crates call is unused here.
 #![cfg_attr(not(feature = "internal"), allow(dead_code, unused_imports))]
+// Every item a controller's build can reach is documented.
+#![cfg_attr(not(feature = "internal"), deny(missing_docs))]
 
 // The mutants of tools/mutants.sh break invariants on purpose: never in an optimized build.
 #[cfg(all(

@@ -87,6 +87,8 @@ pub struct Options {
     pub segment_len_bytes: u32,
     /// Largest accepted payload; `None` for the most a segment can hold (at most 16 MiB).
     pub max_payload_bytes: Option<u32>,
+    /// What an open does with damage (default [`RecoveryMode::TruncateTornTail`]: a torn tail
+    /// is cut, CORRUPT_TAIL and CORRUPT refuse the open).
     pub recovery: RecoveryMode,
     /// Create the log if the directory holds none.
     pub create: bool,
@@ -175,13 +177,20 @@ impl Default for Options {
 pub struct OpenReport {
     /// The verdict of the scan before any repair.
     pub verdict: CrcVerdict,
+    /// The damage the scan found, before any repair: a torn tail that was then cut, or what a
+    /// [`RecoveryMode::Salvage`] open stops at. `None` when the verdict is OK.
     pub damage: Option<Damage>,
     /// A torn tail that was cut: (segment, offset, bytes zeroed).
     pub cut: Option<(u64, u64, u64)>,
+    /// How many segment files holding records the open's scan found (from the purge floor).
     pub segments: usize,
+    /// How many records the open's scan walked: only the last segment's unless
+    /// [`OpenCheck::AtOpen`] asked for every record (none when `wal.close` was taken).
     pub records_walked: u64,
     /// Segment files below the purge floor that were removed.
     pub leftovers_removed: Vec<u64>,
+    /// Whether this open created the log (the directory held none and `Options::create` was
+    /// set).
     pub created: bool,
     /// The backend in use: "io_uring", "portable", or "custom" for `open_with`.
     pub backend: &'static str,
@@ -190,9 +199,13 @@ pub struct OpenReport {
 /// A checkpoint: the online state digest after applying every entry up to an LSN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
+    /// The state digest (FORMAT.md section 10.2).
     pub digest: [u8; 32],
+    /// How many entities the state holds.
     pub entity_count: u64,
+    /// The version of the digest's definition (1 for FORMAT.md section 10.2).
     pub digest_version: u32,
+    /// The state machine's version: which apply semantics produced the state.
     pub state_machine_version: u32,
 }
 
@@ -214,6 +227,7 @@ impl Checkpoint {
 /// What a purge removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PurgeReport {
+    /// The sequences of the segments purged (removed, or set aside for recycling), ascending.
     pub segments_removed: Vec<u64>,
     /// The new purge floor segment.
     pub floor_segment: u64,
@@ -344,10 +358,13 @@ impl Wal {
         self.meta.log_id
     }
 
+    /// The writer epoch in force (one raised by [`Wal::advance_epoch`] counts at once).
     pub fn epoch(&self) -> Epoch {
         Epoch(self.logical.epoch)
     }
 
+    /// The last value recorded for a metadata key ([`Wal::set_meta`]), or `None` if the key
+    /// was never set.
     pub fn meta(&self, key: u32) -> Option<&[u8]> {
         self.logical.meta.get(&key).map(Vec::as_slice)
     }
@@ -357,6 +374,8 @@ impl Wal {
         self.logical.meta.keys().copied().collect()
     }
 
+    /// The largest payload this log accepts, in bytes: `Options::max_payload_bytes`, or the
+    /// most a segment holds (at most 16 MiB) when that is `None`.
     pub fn max_payload_bytes(&self) -> u32 {
         self.max_payload
     }
@@ -366,10 +385,13 @@ impl Wal {
         self.segments.len()
     }
 
+    /// Whether a failed write or sync fenced the log: it then accepts nothing until it is
+    /// reopened ([`Error::Fenced`]).
     pub fn is_fenced(&self) -> bool {
         self.fenced.is_some()
     }
 
+    /// The storage backend the log reads and writes through.
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
     }

@@ -25,6 +25,7 @@ impl Default for Histogram {
 }
 
 impl Histogram {
+    /// Adds one value.
     pub fn record(&mut self, v: u64) {
         let i = (64 - v.leading_zeros() as usize).saturating_sub(1).min(BUCKETS - 1);
         if let Some(c) = self.counts.get_mut(i) {
@@ -35,6 +36,7 @@ impl Histogram {
         self.max = self.max.max(v);
     }
 
+    /// How many values were recorded.
     pub fn count(&self) -> u64 {
         self.total
     }
@@ -44,6 +46,7 @@ impl Histogram {
         self.sum
     }
 
+    /// The largest value recorded (exact), 0 if none.
     pub fn max(&self) -> u64 {
         self.max
     }
@@ -68,18 +71,24 @@ impl Histogram {
 /// A snapshot of the I/O thread's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Entries written, each entry of a group counted.
     pub appends: u64,
+    /// Payload bytes of those entries (record headers and framing not included).
     pub payload_bytes: u64,
+    /// Batches written (one write of a batch frame and its records each).
     pub batches: u64,
     /// Batches written while an fdatasync was in flight (pipelined).
     pub batches_during_sync: u64,
     /// Batches written (and synced) on the thread of a caller of `AsyncWal::append_wait`,
     /// which found the I/O thread idle.
     pub batches_by_waiters: u64,
+    /// fdatasyncs that completed successfully.
     pub syncs: u64,
     /// fdatasyncs slower than `AsyncOptions::slow_sync`.
     pub slow_syncs: u64,
+    /// Entries per batch written.
     pub entries_per_batch: Histogram,
+    /// How long each of those fdatasyncs took, in microseconds.
     pub sync_latency_us: Histogram,
     /// Entries queued and not yet resolved, when the snapshot was taken.
     pub queue_depth: usize,

@@ -25,14 +25,19 @@ use std::sync::Arc;
 /// What a replayed item is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ItemKind {
+    /// A live entry: its payload is the user's bytes.
     Entry,
+    /// A live checkpoint record and the digest it carries.
     Checkpoint(Checkpoint),
 }
 
 /// One live entry or checkpoint, borrowed from the map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Item<'a> {
+    /// An entry or a checkpoint.
     pub kind: ItemKind,
+    /// The entry's LSN; for a checkpoint, the LSN its digest covers (every live entry up to
+    /// it applied).
     pub lsn: Lsn,
     /// The writer epoch the record was written under.
     pub epoch: Epoch,

@@ -77,6 +77,8 @@ pub struct Completion {
     pub tag: u64,
     /// The LSN the entry was given at submission (the first one of a group).
     pub lsn: Lsn,
+    /// `Ok` with the LSN the ticket carries once it is written or durable, as `stage` says;
+    /// otherwise the failure.
     pub outcome: Result<Lsn, Failure>,
     /// `Written` for the first of a written entry's two completions, `Final` otherwise.
     pub stage: Stage,
@@ -87,7 +89,9 @@ pub struct Completion {
 /// runs caller code.
 #[derive(Clone, Debug)]
 pub struct Notify {
+    /// The channel each [`Completion`] is sent on.
     pub tx: crossbeam_channel::Sender<Completion>,
+    /// A value of the caller's choosing, copied into every completion of this ticket.
     pub tag: u64,
 }
 

@@ -19,9 +19,13 @@ use std::sync::Weak;
 /// One committed entry as a cursor returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CursorEntry {
+    /// The entry's LSN.
     pub lsn: Lsn,
+    /// A command or a fact.
     pub kind: EntryKind,
+    /// The request id the entry carries, if any.
     pub request_id: Option<u64>,
+    /// The state machine's bytes (without the envelope).
     pub body: Vec<u8>,
 }
 

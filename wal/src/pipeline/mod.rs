@@ -1,4 +1,4 @@
-//! The commit pipeline: pre-hooks → commit → apply → notify (issue 4, docs/invariants.md I1, I5, I8).
+//! The commit pipeline: pre-hooks → commit → apply → notify (docs/invariants.md I1, I5, I8).
 //!
 //! ```text
 //! caller: submit(body, kind, request id)
@@ -43,7 +43,9 @@ use std::time::Duration;
 /// What a resolved command reports: where it was applied and what apply said.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Done {
+    /// The LSN the command was logged and applied at.
     pub lsn: Lsn,
+    /// What applying it did: the state machine's outcome (a refusal included), or a duplicate.
     pub applied: Applied,
 }
 
@@ -73,8 +75,11 @@ pub enum FactsWhenFenced {
 /// Pipeline settings. The defaults suit a controller with a few thousand entries per second.
 #[derive(Clone, Debug)]
 pub struct PipelineOptions {
+    /// How the log is opened (docs/configuration.md); by default it is created if missing.
     pub log: Options,
+    /// The queue and I/O thread in front of the log (docs/configuration.md).
     pub io: AsyncOptions,
+    /// Who decides that a durable entry is committed (default [`CommitPolicy::Durable`]).
     pub commit: CommitPolicy,
     /// Request ids are remembered for this many LSNs (FORMAT.md 10.1); keep it fixed per log.
     pub dedupe_window: u64,
@@ -91,6 +96,8 @@ pub struct PipelineOptions {
     /// A tailing cursor at most this many entries behind the applied end pins the prefix
     /// purge at its position; one further behind does not (and may be purged past).
     pub cursor_pin_max_lag: u64,
+    /// How a fact submitted while the pipeline or the log is fenced resolves (default
+    /// [`FactsWhenFenced::Indeterminate`]).
     pub facts_when_fenced: FactsWhenFenced,
 }
 
@@ -114,18 +121,26 @@ impl Default for PipelineOptions {
 /// A proposed entry as pre-hooks see it.
 #[derive(Clone, Copy, Debug)]
 pub struct Proposal<'a> {
+    /// A command or a fact.
     pub kind: EntryKind,
+    /// The caller's request id, if it gave one.
     pub request_id: Option<u64>,
+    /// The state machine's bytes (without the envelope).
     pub body: &'a [u8],
 }
 
 /// A committed, applied entry as after-hooks see it.
 #[derive(Clone, Copy, Debug)]
 pub struct Notice<'a> {
+    /// The entry's LSN.
     pub lsn: Lsn,
+    /// A command or a fact.
     pub kind: EntryKind,
+    /// The request id the entry carries, if any.
     pub request_id: Option<u64>,
+    /// The state machine's bytes (without the envelope).
     pub body: &'a [u8],
+    /// What applying it did.
     pub applied: &'a Applied,
 }
 
@@ -136,7 +151,11 @@ pub type AfterHook<S> = Box<dyn FnMut(&S, &Notice<'_>) + Send>;
 
 /// The hooks of a pipeline.
 pub struct Hooks<S> {
+    /// Run in order on the submitting thread before anything is logged; the first `Err`
+    /// rejects the submission (a panic also fences the pipeline).
     pub pre: Vec<PreHook<S>>,
+    /// Run in order on the apply thread after each applied entry, before its promise resolves;
+    /// a panic fences the pipeline.
     pub after: Vec<AfterHook<S>>,
 }
 
@@ -156,9 +175,18 @@ impl<S> std::fmt::Debug for Hooks<S> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequestFate {
     /// Applied at `lsn` (a domain refusal is also final).
-    Applied { lsn: Lsn, refused: bool },
+    Applied {
+        /// The LSN it was applied at.
+        lsn: Lsn,
+        /// Whether the state machine refused it
+        /// ([`Outcome::Refused`](crate::state::Outcome::Refused)).
+        refused: bool,
+    },
     /// Logged or being logged, not yet applied.
-    Pending { lsn: Lsn },
+    Pending {
+        /// The LSN the entry was given.
+        lsn: Lsn,
+    },
     /// Not applied and not pending (never submitted, withdrawn, or lost with a fenced tail;
     /// or older than the dedupe window).
     NotApplied,
@@ -176,11 +204,14 @@ pub enum LsnFate {
 /// What opening a pipeline found.
 #[derive(Debug)]
 pub struct RestartReport {
+    /// What opening the log found and did.
     pub open: OpenReport,
     /// The snapshot the state was rebuilt from, if any.
     pub snapshot: Option<SnapshotInfo>,
     /// Snapshots that were skipped, with why.
     pub snapshots_refused: Vec<String>,
+    /// The replay from the snapshot (or the log's start) to the log's end, compared with every
+    /// checkpoint it met.
     pub compare: CompareReport,
     /// The last entry the log held at the restart (what the restart applied up to).
     pub recovered_end: Option<Lsn>,

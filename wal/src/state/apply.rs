@@ -20,14 +20,20 @@ pub enum Applied {
     Outcome(Outcome),
     /// Its request id was already applied at `first_lsn` (within the dedupe window): the entry
     /// is in the log but changed nothing.
-    Duplicate { first_lsn: Lsn },
+    Duplicate {
+        /// The LSN at which the request id was first applied.
+        first_lsn: Lsn,
+    },
 }
 
 /// A request id the applier remembers: where it was applied and whether the domain refused it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DedupeRecord {
+    /// The request id (never 0, which means none).
     pub request_id: u64,
+    /// The LSN of the entry that applied it.
     pub lsn: Lsn,
+    /// Whether the state machine refused it ([`Outcome::Refused`]).
     pub refused: bool,
 }
 
@@ -35,7 +41,12 @@ pub struct DedupeRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
     /// Applied at `lsn` (`refused`: the domain said no, which is also final).
-    Applied { lsn: Lsn, refused: bool },
+    Applied {
+        /// The LSN of the entry that applied it.
+        lsn: Lsn,
+        /// Whether the state machine refused it.
+        refused: bool,
+    },
     /// Not applied within the dedupe window (never seen, or forgotten).
     NotApplied,
 }

@@ -33,6 +33,7 @@ pub struct Divergence {
     pub recorded: Option<Checkpoint>,
     /// What the replay computed at that LSN.
     pub replayed: Option<Checkpoint>,
+    /// What disagreed, in words (the digests, the entity counts, an entry apply refused).
     pub reason: String,
 }
 
@@ -41,9 +42,13 @@ pub struct Divergence {
 pub struct CompareReport {
     /// The snapshot LSN the replay started from (entries up to it were not replayed).
     pub base: Option<Lsn>,
+    /// Entries the replay passed through the apply seam (duplicates and refusals included).
     pub entries_applied: u64,
+    /// Of those, entries whose request id was already applied (no-ops).
     pub duplicates: u64,
+    /// Of those, entries the state machine refused.
     pub refused: u64,
+    /// Checkpoints compared with the replayed state, and equal to it.
     pub checkpoints_checked: u64,
     /// Checkpoints at or below the base snapshot (nothing to compare: the base was checked).
     pub checkpoints_before_base: u64,
@@ -55,9 +60,12 @@ pub struct CompareReport {
     pub verified_through: Option<Lsn>,
     /// Entries replayed after `verified_through` that no checkpoint could cross-check.
     pub unchecked_entries: u64,
-    /// The first and the last entry the replay applied.
+    /// The first entry the replay applied.
     pub first_applied: Option<Lsn>,
+    /// The last entry the replay applied.
     pub last_applied: Option<Lsn>,
+    /// Where the replay and the recorded state first disagreed (DIVERGENT); the replay stops
+    /// there.
     pub divergence: Option<Divergence>,
     /// A checkpoint names a digest or state-machine version this build does not know.
     pub unsupported: Option<String>,
@@ -226,10 +234,12 @@ impl<S: StateMachine> Replayer<S> {
         Ok(())
     }
 
+    /// What the replay found so far.
     pub fn report(&self) -> &CompareReport {
         &self.report
     }
 
+    /// The applier, holding the state the replay reached.
     pub fn applier(&self) -> &Applier<S> {
         &self.applier
     }

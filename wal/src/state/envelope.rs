@@ -19,15 +19,20 @@ pub const ENVELOPE_VERSION: u8 = 1;
 /// caller does not wait for. Both are applied only after commit, through the same seam.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EntryKind {
+    /// A request the caller waits on for the apply outcome (envelope kind byte 1).
     Command,
+    /// An event reported to the controller, not waited on (envelope kind byte 2).
     Fact,
 }
 
 /// A decoded envelope, borrowing the body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Envelope<'a> {
+    /// A command or a fact.
     pub kind: EntryKind,
+    /// The request id, `None` when the envelope holds 0.
     pub request_id: Option<u64>,
+    /// The state machine's bytes after the envelope.
     pub body: &'a [u8],
 }
 

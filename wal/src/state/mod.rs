@@ -1,4 +1,4 @@
-//! The state-machine contract and the one apply seam (issue 4, docs/invariants.md I1, I2, I8).
+//! The state-machine contract and the one apply seam (docs/invariants.md I1, I2, I8).
 //!
 //! A controller's authoritative state is a deterministic [`StateMachine`]. Entries reach it
 //! through exactly one function, [`Applier::apply`], online (after commit) and on restart replay
@@ -59,6 +59,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Whether this is [`Outcome::Refused`].
     pub fn is_refused(&self) -> bool {
         matches!(self, Outcome::Refused(_))
     }

@@ -25,13 +25,21 @@ const FLAG_HAS_APPLIED: u32 = 1;
 /// What a snapshot header says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotInfo {
+    /// The file name (`snapshot-{lsn:020}.snap`, or `snapshot-empty.snap`).
     pub name: String,
+    /// The last LSN applied to the state it holds; `None` for a state before any entry.
     pub applied: Option<Lsn>,
+    /// How many entities the state holds.
     pub entity_count: u64,
+    /// The state digest (FORMAT.md section 10.2).
     pub digest: [u8; 32],
+    /// The digest's version.
     pub digest_version: u32,
+    /// The version of the state machine that exported it ([`StateMachine::VERSION`]).
     pub state_machine_version: u32,
+    /// The id of the log the snapshot belongs to.
     pub log_id: [u8; 16],
+    /// The file's length in bytes.
     pub bytes: u64,
 }
 
