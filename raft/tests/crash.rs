@@ -413,7 +413,8 @@ async fn crash_at_every_sync_keeps_every_acknowledged_operation() {
                     && Seen { entries: Vec::new(), last: None, ..hint(next) }
                         == Seen { entries: Vec::new(), last: None, ..s.clone() }
             });
-            let ok = s == hint(&models[k]) || models.get(k + 1).map(hint) == Some(s.clone()) || part_of_append;
+            let ok =
+                s == hint(&models[k]) || models.get(k + 1).map(hint) == Some(s.clone()) || part_of_append;
             assert!(
                 ok,
                 "sync {j}, fate {f}: recovered {s:?}\nexpected op {k}: {:?}\nor op {}: {:?}",
