@@ -41,7 +41,7 @@ impl Checkpointer {
     /// `index` must be an entry already in the log (an applied one). Best effort: a stopped
     /// writer drops it (a checkpoint is an extra check, never needed to recover).
     pub fn record(&self, index: u64, cp: Checkpoint) {
-        let _ = self.wal.checkpoint(Lsn(index), cp);
+        let _ = self.wal.checkpoint(crate::log_store::EPOCH, Lsn(index), &cp);
     }
 }
 

@@ -263,6 +263,7 @@ enum Req {
     },
     /// A checkpoint record, staged with the next batch (made durable by its sync).
     Checkpoint {
+        epoch: u64,
         lsn: u64,
         cp: Checkpoint,
     },
@@ -622,14 +623,16 @@ impl AsyncWal {
         Ok(ticket)
     }
 
-    /// Records a checkpoint for `lsn` (an LSN already handed out) with the next batch. It is
-    /// durable with that batch's sync; a fenced or closed log drops it (a checkpoint is an
-    /// extra check, never needed to recover).
-    pub fn checkpoint(&self, lsn: Lsn, cp: Checkpoint) -> Result<()> {
+    /// [`Wal::checkpoint`] on the I/O thread: records a checkpoint for `lsn` (an LSN already
+    /// handed out) with the next batch, under writer epoch `epoch`. It is durable with that
+    /// batch's sync; a fenced or closed log drops it (a checkpoint is an extra check, never
+    /// needed to recover).
+    pub fn checkpoint(&self, epoch: Epoch, lsn: Lsn, cp: &Checkpoint) -> Result<()> {
         let st = self.shared.lock();
         if let Some(cause) = &st.fenced {
             return Err(Error::Fenced { cause: cause.clone() });
         }
+        st.log.check_epoch(epoch)?;
         if lsn.0 >= st.log.next_lsn {
             return Err(Error::InvalidArgument(format!(
                 "checkpoint at {lsn} covers an entry the log has not taken (next LSN {})",
@@ -637,7 +640,7 @@ impl AsyncWal {
             )));
         }
         // Sent under the lock, like an append: it follows the entry it covers in the queue.
-        let sent = self.tx.send(Req::Checkpoint { lsn: lsn.0, cp });
+        let sent = self.tx.send(Req::Checkpoint { epoch: epoch.0, lsn: lsn.0, cp: *cp });
         drop(st);
         sent.map_err(|_| Error::Fenced { cause: "the I/O thread has stopped".into() })?;
         self.shared.bell.ring();
@@ -895,9 +898,9 @@ impl Io {
         match req {
             Req::Close => self.closing = true,
             Req::Abandon => (self.closing, self.abandoning) = (true, true),
-            Req::Checkpoint { lsn, cp } => {
+            Req::Checkpoint { epoch, lsn, cp } => {
                 if self.fenced().is_none() {
-                    match self.wal.checkpoint(self.wal.epoch(), Lsn(lsn), &cp) {
+                    match self.wal.checkpoint(Epoch(epoch), Lsn(lsn), &cp) {
                         Ok(()) => self.staged_checkpoint = true,
                         Err(e) => self.fence(e.to_string()),
                     }
@@ -1292,8 +1295,8 @@ impl Io {
                     }
                 }
                 // Its LSN was taken before; it still belongs with the next batch.
-                Req::Checkpoint { lsn, cp } => {
-                    if self.wal.checkpoint(self.wal.epoch(), Lsn(lsn), &cp).is_ok() {
+                Req::Checkpoint { epoch, lsn, cp } => {
+                    if self.wal.checkpoint(Epoch(epoch), Lsn(lsn), &cp).is_ok() {
                         self.staged_checkpoint = true;
                     }
                 }

@@ -829,3 +829,28 @@ fn abandon_leaves_what_a_crash_leaves_and_a_shared_handle_closes_once() {
     assert_eq!(w.meta(2), Some(&b"term 5"[..]));
     assert_eq!(w.replay().unwrap().collect_entries().unwrap(), vec![(1, b"durable".to_vec())]);
 }
+
+#[test]
+fn a_checkpoint_is_checked_as_the_synchronous_handle_checks_it() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    let lsn = log.append(Epoch(0), b"x".to_vec(), Durability::Durable).unwrap().wait().unwrap();
+    let cp =
+        wal::Checkpoint { digest: [7; 32], entity_count: 1, digest_version: 1, state_machine_version: 1 };
+    assert!(matches!(log.checkpoint(Epoch(1), lsn, &cp), Err(Error::EpochNotAdvanced { .. })));
+    assert!(matches!(log.checkpoint(Epoch(0), Lsn(lsn.0 + 1), &cp), Err(Error::InvalidArgument(_))));
+    log.advance_epoch(Epoch(2)).unwrap();
+    assert!(matches!(log.checkpoint(Epoch(0), lsn, &cp), Err(Error::StaleEpoch { .. })));
+    log.checkpoint(Epoch(2), lsn, &cp).unwrap();
+    log.close().unwrap();
+    let (w, _) =
+        Wal::open_with(Arc::new(st), Options { segment_len_bytes: SEG, ..Options::default() }).unwrap();
+    let mut r = w.replay().unwrap();
+    let mut found = Vec::new();
+    while let Some(item) = r.next() {
+        if let wal::ItemKind::Checkpoint(c) = item.unwrap().kind {
+            found.push(c);
+        }
+    }
+    assert_eq!(found, vec![cp], "the one accepted checkpoint is in the log");
+}

@@ -244,7 +244,7 @@ impl<S: StateMachine> Loop<'_, S> {
         };
         if let Some(lsn) = lsn {
             // A fenced log refuses it; there is nothing to record then.
-            let _ = self.core.log.checkpoint(lsn, cp);
+            let _ = self.core.log.checkpoint(self.core.log.epoch(), lsn, &cp);
         }
         self.since_checkpoint = 0;
         self.last_checkpoint = Instant::now();
