@@ -255,10 +255,14 @@ pub fn log_options(segment_len_bytes: u32) -> Options {
     Options { segment_len_bytes, first_lsn: 0, create: true, ..Options::default() }
 }
 
-/// The writer's options for a Raft log: every openraft write waits for its own durability, so
-/// nothing is held back for a later sync.
+/// The writer's options for a Raft log. Disk full fences the log rather than withdrawing what
+/// was never written: the store submits an append's entries one by one, and a later entry (or
+/// the reset after a purge record) must never be taken once an earlier one was given up, which
+/// would leave a hole under a callback that says durable. A fenced log is a storage error to
+/// openraft, which stops the node; a restart with space again carries on. (The old writer
+/// thread fenced on any failed write too.)
 fn writer_options() -> AsyncOptions {
-    AsyncOptions::default()
+    AsyncOptions { fence_on_disk_full: true, ..AsyncOptions::default() }
 }
 
 impl LogStore {

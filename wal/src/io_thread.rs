@@ -97,6 +97,12 @@ pub struct AsyncOptions {
     /// costs less than a wake-up and a write call of their own; writing a megabyte during the
     /// sync hides most of its time. 0 writes (and wakes for) every append at once.
     pub overlap_write_bytes: usize,
+    /// What disk full does to entries that were never written. `false` (the default): they and
+    /// everything queued after them resolve Rejected, the next LSN is the log's again, and the
+    /// log stays usable. `true`: the log fences instead (every pending ticket Indeterminate,
+    /// every later operation refused), for a caller whose later operations assume the earlier
+    /// ones are in the log, such as a Raft log store that submits a batch of entries one by one.
+    pub fence_on_disk_full: bool,
 }
 
 impl Default for AsyncOptions {
@@ -110,6 +116,7 @@ impl Default for AsyncOptions {
             written_sync_delay: Duration::from_millis(5),
             written_sync_bytes: 1 << 20,
             overlap_write_bytes: 64 << 10,
+            fence_on_disk_full: false,
         }
     }
 }
@@ -293,6 +300,9 @@ impl Req {
         }
     }
 }
+
+/// The fence a clean close leaves: later appends are refused with it.
+const CLOSED: &str = "the log was closed";
 
 /// A log driven by its own I/O thread.
 pub struct AsyncWal {
@@ -689,7 +699,8 @@ impl AsyncWal {
 
     /// Drains the queue, syncs, seals and stops the I/O thread; every ticket is resolved. A
     /// handle shared between threads can be closed through any of them; every later append
-    /// is refused and a second close does nothing.
+    /// is refused, and a later close answers as the first one did (Ok after a clean close,
+    /// the cause after a fence or an abandon).
     pub fn close(&self) -> Result<()> {
         self.stop(Req::Close)
     }
@@ -703,7 +714,12 @@ impl AsyncWal {
 
     fn stop(&self, how: Req) -> Result<()> {
         let Some(thread) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            return Ok(());
+            // Stopped already (or being stopped by another thread): a log that was closed
+            // cleanly says Ok again, one that was fenced or abandoned says why.
+            return match self.fenced() {
+                Some(cause) if cause != CLOSED => Err(Error::Fenced { cause }),
+                _ => Ok(()),
+            };
         };
         self.shared.lock().closing = true;
         let _ = self.send(how);
@@ -900,10 +916,15 @@ impl Io {
             Req::Abandon => (self.closing, self.abandoning) = (true, true),
             Req::Checkpoint { epoch, lsn, cp } => {
                 if self.fenced().is_none() {
+                    let seq_before = self.wal.written_seq();
                     match self.wal.checkpoint(Epoch(epoch), Lsn(lsn), &cp) {
                         Ok(()) => self.staged_checkpoint = true,
+                        // Not recorded, which loses nothing (a checkpoint is an extra check);
+                        // what was staged before it is kept or withdrawn as for an append.
+                        Err(e @ Error::DiskFull { .. }) => self.after_disk_full(None, seq_before, &e),
                         Err(e) => self.fence(e.to_string()),
                     }
+                    self.after_log_call();
                 }
             }
             Req::Purge { below, reply } => {
@@ -956,6 +977,26 @@ impl Io {
         }
     }
 
+    /// Disk full while the log ran an operation (`failed`, if it has a ticket): nothing of it
+    /// was written (a rotation found no space). What was staged before it is either written
+    /// (the seal wrote it, then no new segment could be made) or withdrawn with the seal's
+    /// batch that ran out of space: the log's written sequence tells which. Then `failed` and
+    /// everything queued after it are withdrawn.
+    fn after_disk_full(&mut self, failed: Option<Pending>, seq_before: u64, e: &Error) {
+        let written = self.wal.written_seq() > seq_before;
+        let staged = std::mem::take(&mut self.staged);
+        let mut lost = if written {
+            self.staged = staged;
+            Vec::new()
+        } else {
+            self.staged_checkpoint = false;
+            staged
+        };
+        self.write_now();
+        lost.extend(failed);
+        self.withdraw(lost, &e.to_string());
+    }
+
     /// A replay from `from`: of the durable log, or of everything written (what is staged is
     /// written first, so it sees every append queued before the request).
     fn replay(&mut self, from: Option<Lsn>, bound: Durability) -> Result<crate::replay::Replay> {
@@ -989,24 +1030,7 @@ impl Io {
                 self.staged.push(p);
                 self.fence(format!("internal: the log is at LSN {got} where {promised} was promised"));
             }
-            Err(e @ Error::DiskFull { .. }) => {
-                // Nothing of this one was written (a rotation found no space). What was staged
-                // before it is either written (the seal wrote it, then no new segment could be
-                // made) or withdrawn with the seal's batch that ran out of space: the log's
-                // written sequence tells which. Then this one and everything queued after it
-                // are withdrawn.
-                let written = self.wal.written_seq() > seq_before;
-                let staged = std::mem::take(&mut self.staged);
-                let mut lost = if written {
-                    self.staged = staged;
-                    Vec::new()
-                } else {
-                    staged
-                };
-                self.write_now();
-                lost.push(p);
-                self.withdraw(lost, &e.to_string());
-            }
+            Err(e @ Error::DiskFull { .. }) => self.after_disk_full(Some(p), seq_before, &e),
             Err(e) => {
                 self.staged.push(p);
                 self.fence(e.to_string());
@@ -1273,6 +1297,17 @@ impl Io {
     /// resolve Rejected, the queue counters drop them, and the next LSN becomes the log's
     /// again. The log stays usable.
     fn withdraw(&mut self, failed: Vec<Pending>, why: &str) {
+        if self.shared.opts.fence_on_disk_full {
+            let (entries, bytes) = failed.iter().fold((0, 0), |(e, b), p| (e + p.entries, b + p.bytes));
+            let why = format!("{why} (this log fences on disk full)");
+            self.shared.set_fenced(&why);
+            for p in failed {
+                p.slot.resolve(Err(Failure::Indeterminate(why.clone())));
+            }
+            self.shared.release(entries, bytes);
+            self.fence(why);
+            return;
+        }
         let mut st = self.shared.lock();
         let mut entries = 0;
         let mut bytes = 0;
@@ -1359,7 +1394,7 @@ impl Io {
             self.resolve_durable();
         }
         let fenced = self.fenced();
-        self.fence("the log was closed".into());
+        self.fence(CLOSED.into());
         match fenced {
             Some(cause) => Err(Error::Fenced { cause }),
             None => self.wal.close(),

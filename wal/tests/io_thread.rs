@@ -813,6 +813,9 @@ fn a_written_replay_sees_every_operation_queued_before_it() {
 
 #[test]
 fn abandon_leaves_what_a_crash_leaves_and_a_shared_handle_closes_once() {
+    let clean = start(&MemStorage::new(), AsyncOptions::default());
+    clean.close().unwrap();
+    assert!(clean.close().is_ok(), "a second close of a cleanly closed log is Ok again");
     let st = MemStorage::new();
     let log = Arc::new(start(&st, AsyncOptions::default()));
     log.set_meta(2, b"term 5", Durability::Durable).unwrap().wait().unwrap();
@@ -822,7 +825,7 @@ fn abandon_leaves_what_a_crash_leaves_and_a_shared_handle_closes_once() {
     other.abandon();
     let after = log.append(Epoch(0), b"x".to_vec(), Durability::Durable);
     assert!(matches!(after, Err(Error::Fenced { .. } | Error::ReadOnly)), "{after:?}");
-    assert!(log.close().is_ok(), "a second stop does nothing");
+    assert!(matches!(log.close(), Err(Error::Fenced { .. })), "a close after an abandon says so");
     let crashed = st.state().crash(|_, _| SectorFate::Old);
     let (w, _) =
         Wal::open_with(Arc::new(crashed), Options { segment_len_bytes: SEG, ..Options::default() }).unwrap();
@@ -853,4 +856,31 @@ fn a_checkpoint_is_checked_as_the_synchronous_handle_checks_it() {
         }
     }
     assert_eq!(found, vec![cp], "the one accepted checkpoint is in the log");
+}
+
+#[test]
+fn a_log_that_fences_on_disk_full_gives_nothing_up_quietly() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions { fence_on_disk_full: true, ..AsyncOptions::default() });
+    st.faults().capacity_bytes = Some(64 * 1024 + 4096);
+    let mut durable = 0u64;
+    let failed = loop {
+        let t = log.append(Epoch(0), vec![7; 500], Durability::Durable).unwrap();
+        match t.wait() {
+            Ok(_) => durable += 1,
+            Err(f) => break f,
+        }
+        assert!(durable < 1000, "never ran out of space");
+    };
+    assert!(matches!(failed, Failure::Indeterminate(_)), "{failed:?}");
+    st.faults().capacity_bytes = None;
+    // Fenced: nothing is taken after the entry that was given up, even with space again.
+    assert!(matches!(
+        log.append_at(Epoch(0), Lsn(durable + 2), Payload::One(vec![1]), Durability::Durable),
+        Err(Error::Fenced { .. })
+    ));
+    assert!(matches!(log.reset(Epoch(0), Lsn(100)), Err(Error::Fenced { .. })));
+    assert!(log.close().is_err());
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    assert_eq!(reopen(&crashed).len() as u64, durable, "every acknowledged entry, nothing else");
 }
