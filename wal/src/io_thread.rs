@@ -977,8 +977,8 @@ impl Io {
         }
     }
 
-    /// Disk full while the log ran an operation (`failed`, if it has a ticket): nothing of it
-    /// was written (a rotation found no space). What was staged before it is either written
+    /// Disk full (or a batch no segment can hold) while the log ran an operation (`failed`, if
+    /// it has a ticket): nothing of it was written. What was staged before it is either written
     /// (the seal wrote it, then no new segment could be made) or withdrawn with the seal's
     /// batch that ran out of space: the log's written sequence tells which. Then `failed` and
     /// everything queued after it are withdrawn.
@@ -1030,7 +1030,11 @@ impl Io {
                 self.staged.push(p);
                 self.fence(format!("internal: the log is at LSN {got} where {promised} was promised"));
             }
-            Err(e @ Error::DiskFull { .. }) => self.after_disk_full(Some(p), seq_before, &e),
+            // Refused by the log as it ran: no space for a new segment, or a user batch larger
+            // than a whole segment (the submit side checks each payload, not their sum).
+            Err(e @ (Error::DiskFull { .. } | Error::TooLarge { .. })) => {
+                self.after_disk_full(Some(p), seq_before, &e)
+            }
             Err(e) => {
                 self.staged.push(p);
                 self.fence(e.to_string());

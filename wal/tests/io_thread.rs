@@ -884,3 +884,22 @@ fn a_log_that_fences_on_disk_full_gives_nothing_up_quietly() {
     let crashed = st.state().crash(|_, _| SectorFate::Old);
     assert_eq!(reopen(&crashed).len() as u64, durable, "every acknowledged entry, nothing else");
 }
+
+#[test]
+fn a_user_batch_larger_than_a_segment_is_rejected_and_the_log_carries_on() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    log.append(Epoch(0), b"before".to_vec(), Durability::Durable).unwrap().wait().unwrap();
+    // Each entry fits a segment; together they do not (64 KiB segments).
+    let group = Payload::Group(vec![vec![5; 40_000], vec![6; 40_000]]);
+    let t = log.append_with(Epoch(0), group, Durability::Durable, None).unwrap();
+    assert!(matches!(t.wait(), Err(Failure::Rejected(_))), "{:?}", t.wait());
+    let at = Payload::Group(vec![vec![5; 40_000], vec![6; 40_000]]);
+    let t = log.append_at(Epoch(0), Lsn(2), at, Durability::Durable).unwrap();
+    assert!(matches!(t.wait(), Err(Failure::Rejected(_))), "{:?}", t.wait());
+    // Not fenced, and the refused entries' LSNs are given again.
+    let next = log.append(Epoch(0), b"after".to_vec(), Durability::Durable).unwrap().wait().unwrap();
+    assert_eq!(next, Lsn(2));
+    log.close().unwrap();
+    assert_eq!(reopen(&st), vec![(1, b"before".to_vec()), (2, b"after".to_vec())]);
+}
