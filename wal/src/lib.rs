@@ -1,14 +1,32 @@
-//! A verifiable, segmented write-ahead log for controllers.
+//! A verifiable, segmented write-ahead log for controllers: group commit on a writer thread,
+//! durable acknowledgements only after fdatasync, replay over memory maps, crash-safe truncation
+//! and purge, epoch fencing. After a crash, recovery tells a torn tail (cut) from corruption
+//! (refused, naming segment, offset and LSN).
 //!
-//! Records are chained with crc32c across records and segments, appended in group-commit batch
-//! frames that attest the batch before them, and replayed through a streaming iterator over
-//! memory maps. Recovery tells a torn tail (cut) from corruption (refused, with where it is);
-//! `FORMAT.md` describes every byte and the crash-correctness argument.
+//! # Quick start
+//!
+//! Open the log with its writer thread, append from several threads, wait for durability, close,
+//! reopen and replay (the README's example; `wal/examples/quickstart.rs`):
+//!
+#![doc = concat!("```\n", include_str!("../examples/quickstart.rs"), "```")]
+//!
+//! # Which handle
+//!
+//! - [`Wal`] (`&mut self`): `append*` stage records without I/O, [`Wal::sync`] writes them and
+//!   runs one fdatasync. For one thread that owns the log, and for tools.
+//! - [`AsyncWal`] (`&self`, share it in an `Arc`): every operation of `Wal`, in queue order, on
+//!   one writer thread that groups concurrent appends into one write and one fdatasync; each
+//!   operation answers with a [`Ticket`].
+//! - [`pipeline::Pipeline`]: a [`state::StateMachine`] kept in step with the log (pre-hooks,
+//!   commit, apply, notify; checkpoints and snapshots).
 //!
 //! An open is fast (O(segments) bytes): it takes sealed segments on their footers and a clean
 //! close on `wal.close`. No write lands after an acknowledged record that fails its checksum
 //! without [`Error::Damaged`] first: the first write walks the whole log unless a replay of the
-//! whole log through the handle already checked every record ([`OpenCheck`], `open_check.rs`).
+//! whole log through the handle already checked every record ([`OpenCheck`]). `FORMAT.md`
+//! describes every byte and the crash-correctness argument.
+//!
+//! The synchronous handle alone:
 //!
 //! ```
 //! use wal::{Epoch, Options, Wal};

@@ -129,7 +129,7 @@ pub struct Options {
 pub enum SegmentFill {
     /// Zeros written (the default for a log whose acknowledgements wait for syncs), but a
     /// reservation for the next segment when, while the segment just sealed took its bytes,
-    /// at most one sync per [`RESERVE_BYTES_PER_SYNC`] bytes had an acknowledgement waiting
+    /// at most one sync per 128 KiB (`RESERVE_BYTES_PER_SYNC`) had an acknowledgement waiting
     /// for it: a writer that moves bytes rather than syncs then writes them once, not twice.
     /// Waited-for syncs decide because a reserved segment's journal commit lengthens every
     /// sync, which a writer of large batches can afford and small durable appends cannot.

@@ -1,6 +1,6 @@
 //! The fault sweep's fast subset (issue 7; the classes and the oracle are in `tests/sweep/`),
-//! the simulated file system's own semantics, and the check that the README reports the
-//! committed long-sweep summary.
+//! the simulated file system's own semantics. (`cli/tests/docs.rs` holds docs/testing.md to the
+//! committed long-sweep summary.)
 //!
 //! A failing case prints its seed and case and the command that replays it alone:
 //! `WAL_SWEEP_SEED=<seed> WAL_SWEEP_CASE=<class>:<n> cargo test -p wal --test fault_sweep
@@ -186,47 +186,4 @@ fn a_failed_fdatasync_keeps_the_data_visible_and_a_later_sync_succeeds_without_i
     assert!(run(&st, 4, Op::SyncData { file: f }).is_ok(), "the retry succeeds");
     let img = st.state().crash(|_, _| SectorFate::New);
     assert!(img.state().file_bytes("f").is_none_or(|b| b.iter().all(|&x| x == 0)), "not durable after all");
-}
-
-#[test]
-fn readme_reports_the_committed_long_sweep_summary() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("reliability/sweep-summary.json")).unwrap())
-            .unwrap();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let start = readme.find("<!-- sweep-summary -->").expect("the README's sweep summary marker");
-    let end = readme[start..].find("<!-- /sweep-summary -->").expect("the end marker") + start;
-    let section = &readme[start..end];
-    let num = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
-    // Every figure the README gives, as the JSON has it (thousands with commas).
-    let fmt = |n: u64| {
-        let s = n.to_string();
-        let mut out = String::new();
-        for (i, c) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i).is_multiple_of(3) {
-                out.push(',');
-            }
-            out.push(c);
-        }
-        out
-    };
-    let mut want = vec![
-        ("cases", num(&json["cases_total"])),
-        ("acknowledged entries checked", num(&json["acknowledged_entries_checked"])),
-        ("entries lost", num(&json["entries_lost"])),
-        ("seeds", num(&json["seeds"]["count"])),
-    ];
-    for (class, n) in json["cases_by_class"].as_object().unwrap() {
-        want.push((class.as_str(), num(n)));
-    }
-    for (k, n) in json["faults_injected"].as_object().unwrap() {
-        want.push((k.as_str(), num(n)));
-    }
-    for (what, n) in want {
-        let line = format!("| {what} | {} |", fmt(n));
-        assert!(section.contains(&line), "the README's sweep section lacks `{line}`");
-    }
-    assert!(section.contains(json["git_commit"].as_str().unwrap()), "the README names another commit");
-    assert_eq!(num(&json["entries_lost"]), 0);
 }

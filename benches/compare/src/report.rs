@@ -649,4 +649,53 @@ mod tests {
             "| durable-64 | entries/s | best peer | 1.25 | >= 1x | 3x (not met) | yes | yes | 1.25 | 3 |";
         assert!(default.contains(floor) && best.contains(floor), "{out}");
     }
+
+    /// The README's performance table and this crate's README's target tables are what
+    /// `--report` renders from the committed results file they cite: a ratio cannot be edited by
+    /// hand, or left behind when the file is replaced.
+    #[test]
+    fn readme_performance_rows_come_from_the_committed_run() -> Res<()> {
+        const RESULTS: &str = "results/2026-12-05-default-best.jsonl";
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let (samples, probes, engines) = from_json(&here.join(RESULTS))?;
+        let out = render(&samples, &probes, &engines);
+        let (default, best) = out.split_once("### Best practice").ok_or("no best-practice section")?;
+        let readme = std::fs::read_to_string(here.join("../../README.md"))?;
+        assert!(
+            readme.contains(&format!("benches/compare/{RESULTS}")),
+            "the README names another results file"
+        );
+        let start = readme.find("<!-- readme-performance -->").ok_or("no readme-performance marker")?;
+        let end = readme[start..].find("<!-- /readme-performance -->").ok_or("no end marker")? + start;
+        let rows: Vec<&str> = readme[start..end].lines().filter(|l| l.starts_with("| ")).skip(1).collect();
+        assert!(rows.len() >= 5, "{rows:?}");
+        for row in rows {
+            assert!(
+                default.lines().any(|l| l.starts_with(row)),
+                "README row `{row}` is not in the default practice's rendering of {RESULTS}"
+            );
+        }
+        // This crate's README quotes both practices' target tables from the same file.
+        let own = std::fs::read_to_string(here.join("README.md"))?;
+        let section = &own[own.find("## Results: 2026-12-05").ok_or("no 2026-12-05 section")?..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let (own_default, own_best) =
+            section.split_once("(best practice;").ok_or("no best-practice table")?;
+        let table = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| l.starts_with("| ") && !l.starts_with("| workload"))
+                .map(String::from)
+                .collect()
+        };
+        for (quoted, rendered) in [(table(own_default), default), (table(own_best), best)] {
+            assert!(quoted.len() >= 5, "{quoted:?}");
+            for row in quoted {
+                assert!(
+                    rendered.contains(&row),
+                    "benches/compare/README.md row `{row}` is not rendered from {RESULTS}"
+                );
+            }
+        }
+        Ok(())
+    }
 }

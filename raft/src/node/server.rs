@@ -1,7 +1,7 @@
 //! A node's TCP port: one task per connection, one reply frame per request frame.
 //!
 //! - A request frame longer than this node's limit is answered `Reply::TooLarge` (its length
-//!   and the limit), its body skipped, and the connection kept ([`next_request`]; why skip
+//!   and the limit), its body skipped, and the connection kept (`next_request`; why skip
 //!   and not close: `net/frame.rs`); a length past any frame a conforming peer sends is
 //!   answered and the connection closed, its body unread. This holds while the partition switch is on too: the
 //!   frame was not read, so it may be a client's as well as a peer's, and the answer (nothing

@@ -54,7 +54,7 @@ pub struct CompareReport {
     pub checkpoints_before_base: u64,
     /// Checkpoints further behind than [`CHECKPOINT_MAX_LAG`] (not checked).
     pub checkpoints_too_old: u64,
-    /// The LSNs of the first [`TOO_OLD_LISTED`] of them, so that a report can name them.
+    /// The LSNs of the first `TOO_OLD_LISTED` of them, so that a report can name them.
     pub too_old: Vec<Lsn>,
     /// The highest LSN a checkpoint confirmed (or the base, when no checkpoint came after it).
     pub verified_through: Option<Lsn>,

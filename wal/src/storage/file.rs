@@ -283,7 +283,7 @@ const MAX_EXTENTS: usize = 64;
 
 /// The end of the last extent of `f` (length `len`) that holds written data, by
 /// `SEEK_DATA`/`SEEK_HOLE`; `len` where the file system or the OS cannot say, or the file has
-/// more than [`MAX_EXTENTS`] of them. A file system may report data where there are only zeros
+/// more than `MAX_EXTENTS` of them. A file system may report data where there are only zeros
 /// (ext4 counts an unwritten block whose zero page is cached as data), never the reverse.
 #[cfg(target_os = "linux")]
 pub fn written_end(f: &File, len: u64) -> io::Result<u64> {

@@ -1,7 +1,7 @@
 //! [`forward_storage!`](crate::forward_storage): the methods of a [`Storage`](super::Storage)
 //! that wraps another and passes them through unchanged.
 
-/// Implements the listed [`Storage`](crate::storage::Storage) methods, inside an `impl Storage`
+/// Implements the listed `Storage` methods, inside an `impl Storage`
 /// block, by calling the same method on `self.<field>`. For a backend that wraps another and
 /// changes only part of its behaviour: the io_uring backend runs writes and syncs itself and
 /// passes the rest to the file backend; test and benchmark wrappers count, record or replace

@@ -132,7 +132,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// symbolic link points to: "a FIFO", "a symbolic link to a regular file", ...), looked at
     /// without opening it; `None` for a regular file or no file at all. The default, for a
     /// storage that holds only regular files, is `None`. A scan refuses such a file before
-    /// anything reads it ([`crate::log_files`]); `open` refuses it too (with
+    /// anything reads it (`log_files`); `open` refuses it too (with
     /// [`NotRegularFile`]), whatever this says.
     fn not_regular(&self, name: &str) -> io::Result<Option<&'static str>> {
         let _ = name;
