@@ -391,6 +391,28 @@ fn docs_report_the_committed_long_sweep_summary() {
     assert_eq!(num(&json["entries_lost"]), 0);
 }
 
+#[test]
+fn the_readme_states_the_defaults_and_the_rust_version_the_code_has() {
+    let readme = read("README.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let opts = wal::Options::default();
+    let segment_mib = u64::from(opts.segment_len_bytes) >> 20;
+    // The active segment and the spare prepared in the background for the next one.
+    assert!(opts.prepare_in_background);
+    let line =
+        format!("a new log takes {} MiB on disk (a {segment_mib} MiB segment and the spare", 2 * segment_mib);
+    assert!(readme.contains(&line), "the README lacks `{line}`");
+    let manifest = read("Cargo.toml");
+    let version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("the workspace's rust-version")
+        .trim_matches('"');
+    assert!(
+        readme.contains(&format!("the `rust-version` is {version}")),
+        "the README gives another rust-version"
+    );
+}
+
 fn read_static(rel: &str) -> &'static str {
     Box::leak(read(rel).into_boxed_str())
 }
