@@ -413,6 +413,34 @@ fn the_readme_states_the_defaults_and_the_rust_version_the_code_has() {
     );
 }
 
+/// The synopsis lines (`walcheck <command> ...`) of the README and walcheck's manual name
+/// commands and options that `walcheck <command> --help` lists, and `--payload`'s values are the
+/// ones it accepts.
+#[test]
+fn the_walcheck_synopses_match_its_help() {
+    let mut checked = 0;
+    for file in ["README.md", "cli/README.md"] {
+        for (_, body) in code_blocks(&read(file)) {
+            for line in body.lines().filter(|l| l.starts_with("walcheck ")) {
+                let sub = line.split_whitespace().nth(1).unwrap();
+                let help = Command::new(env!("CARGO_BIN_EXE_walcheck")).args([sub, "--help"]).output().unwrap();
+                assert!(help.status.success(), "{file}: `walcheck {sub}` is not a command");
+                let help = String::from_utf8(help.stdout).unwrap();
+                for flag in line.split(|c: char| c.is_whitespace() || c == '[' || c == ']').filter(|w| w.starts_with("--")) {
+                    assert!(help.contains(flag), "{file}: `walcheck {sub} --help` does not list {flag}");
+                }
+                if let Some(values) = line.split("--payload ").nth(1).and_then(|r| r.split(']').next()) {
+                    for v in values.split('|') {
+                        assert!(help.contains(v), "{file}: --payload {v} is not in the help");
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} synopsis lines");
+}
+
 fn read_static(rel: &str) -> &'static str {
     Box::leak(read(rel).into_boxed_str())
 }
