@@ -423,10 +423,14 @@ fn the_walcheck_synopses_match_its_help() {
         for (_, body) in code_blocks(&read(file)) {
             for line in body.lines().filter(|l| l.starts_with("walcheck ")) {
                 let sub = line.split_whitespace().nth(1).unwrap();
-                let help = Command::new(env!("CARGO_BIN_EXE_walcheck")).args([sub, "--help"]).output().unwrap();
+                let help =
+                    Command::new(env!("CARGO_BIN_EXE_walcheck")).args([sub, "--help"]).output().unwrap();
                 assert!(help.status.success(), "{file}: `walcheck {sub}` is not a command");
                 let help = String::from_utf8(help.stdout).unwrap();
-                for flag in line.split(|c: char| c.is_whitespace() || c == '[' || c == ']').filter(|w| w.starts_with("--")) {
+                for flag in line
+                    .split(|c: char| c.is_whitespace() || c == '[' || c == ']')
+                    .filter(|w| w.starts_with("--"))
+                {
                     assert!(help.contains(flag), "{file}: `walcheck {sub} --help` does not list {flag}");
                 }
                 if let Some(values) = line.split("--payload ").nth(1).and_then(|r| r.split(']').next()) {

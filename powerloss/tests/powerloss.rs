@@ -199,4 +199,28 @@ fn the_readme_reports_the_committed_long_run() {
             "every flush point checked: {r}"
         );
     }
+    // The sentence above the table: its totals, the commit, where each resumed run started.
+    assert_eq!(json["uncommitted_changes"], false, "the committed long run was of a committed tree");
+    // Counts compared without their thousands separators.
+    let text = section.split_whitespace().collect::<Vec<_>>().join(" ").replace(',', "");
+    let total = |k: &str, fs: Option<&str>| -> u64 {
+        runs.iter().filter(|r| fs.is_none_or(|fs| r["fs"] == fs)).map(|r| n(r, k)).sum()
+    };
+    let commit = json["commit"].as_str().unwrap();
+    let mut want = vec![
+        format!("at commit `{commit}`"),
+        format!(
+            "{} images {} acknowledgements required",
+            total("images", None),
+            total("acknowledgements_required", None)
+        ),
+        format!("{} lost", total("losses", None)),
+        format!("{} ext4 images had the superblock's block torn", total("repaired_by_fsck", Some("ext4"))),
+    ];
+    for r in runs.iter().filter(|r| r["kind"] == "sync-resumed") {
+        want.push(format!("{} {}", r["fs"].as_str().unwrap(), r["origin"].as_str().unwrap()));
+    }
+    for w in want {
+        assert!(text.contains(&w), "the README's summary lacks `{w}`");
+    }
 }
