@@ -341,7 +341,7 @@ fn the_readme_test_figures_come_from_their_committed_summaries() {
     assert_eq!(campaign["verdict"], "PASS");
     assert_eq!(campaign["checks.creates_lost"], "0");
     want.push(format!(
-        "{faults} kills, pauses and partitions in {minutes} minutes, {} writes committed, none lost",
+        "{faults} faults (kills, pauses, partitions) in {minutes} minutes, {} writes committed, none lost",
         commas(committed)
     ));
 
