@@ -585,6 +585,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 None => k.last = None,
             }
             let keep = k.last.map(|l| l.index);
+            tracing::info!(
+                kept_through = keep,
+                removed_through = cur.index,
+                "log truncated: entries a new leader does not have are removed"
+            );
             k.recent.cut_after(keep);
             bump(&self.shared.counters.truncates, 1);
             let wal = &self.shared.wal;
@@ -614,6 +619,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 k.recent.drop_upto(log_id.index);
             }
             bump(&self.shared.counters.purges, 1);
+            tracing::debug!(through = log_id.index, "log purged below a snapshot");
             let wal = &self.shared.wal;
             let meta = wal.set_meta(PURGED_META_KEY, &value, Durability::Durable).map_err(err)?;
             if reset {
@@ -631,7 +637,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if let Err(e) = removed {
             // Loses nothing: the purge record is durable and the segments go with the next
             // purge. A failure that fenced the log fails every later write instead.
-            eprintln!("wal-raft: removing purged segments below {}: {e}", below.0);
+            tracing::warn!("removing purged segments below {}: {e}", below.0);
         }
         Ok(())
     }

@@ -351,8 +351,9 @@ impl StateMachineStore {
             }
             ClaimOutcome::Split { index, claims } => {
                 o.cfg.stats.split();
-                eprintln!(
-                    "walraft-node {node}: DIGEST CLAIMS DISAGREE at index {index} ({claims}): no digest has a majority of the voters so far; a node fences itself only when a majority agrees on a digest other than its own"
+                tracing::warn!(
+                    node,
+                    "DIGEST CLAIMS DISAGREE at index {index} ({claims}): no digest has a majority of the voters so far; a node fences itself only when a majority agrees on a digest other than its own"
                 );
             }
             ClaimOutcome::Diverged(d) => {
@@ -390,6 +391,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 persist(d, snap)?;
             }
             *cur = Some(snap.clone());
+            tracing::info!(
+                index = snap.meta.last_log_id.map(|l| l.index),
+                bytes = snap.data.len(),
+                "snapshot built"
+            );
         }
         Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta: snap.meta.clone(), snapshot: snap.data.clone() })
     }
@@ -434,6 +440,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         if let Some(d) = &self.dir {
             persist(d, &c)?;
         }
+        tracing::info!(
+            index = c.meta.last_log_id.map(|l| l.index),
+            bytes = c.data.len(),
+            "snapshot installed (sent by the leader)"
+        );
         *cur = Some(c);
         Ok(())
     }

@@ -31,6 +31,36 @@ const EXIT_FENCED: i32 = 9;
 /// Exit code for bad arguments (EX_USAGE, walcheck's too).
 const EXIT_USAGE: u8 = 64;
 
+/// The file in the data directory that holds a running node's process id.
+const PID_FILE: &str = "node.pid";
+
+/// `client metrics`/`status`: no node given answered.
+const EXIT_NO_ANSWER: i32 = 5;
+
+/// `client metrics`/`status`: some nodes answered, some did not.
+const EXIT_PARTIAL: i32 = 6;
+
+/// `client status`: every node answered, but none is a leader a majority acknowledged within
+/// its lease: the cluster cannot commit.
+const EXIT_NO_QUORUM: i32 = 7;
+
+/// Prints a line of the report on stdout. A closed pipe (`walraft-node check DIR | head -2`)
+/// ends the report quietly: the exit code is still the verdict's; any other failure to write
+/// is said on stderr.
+macro_rules! out {
+    ($($t:tt)*) => { say(&format!($($t)*)) };
+}
+
+fn say(line: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = writeln!(o, "{line}").and_then(|()| o.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("walraft-node: cannot write the report: {e}");
+        }
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "walraft-node",
@@ -179,13 +209,32 @@ enum Op {
         #[arg(long)]
         name: String,
     },
-    /// Each node's role, term, leader, last applied index and digest there.
-    Metrics,
+    /// Each node's full metrics (role, term, leader, indexes, digest, claims, fsyncs, lag).
+    Metrics {
+        /// One JSON object per node and line: `{"node": ADDR, "metrics": {...}}`, or
+        /// `{"node": ADDR, "error": "..."}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One line per node: role, term, leader, committed and applied index, whether a leader
+    /// holds its lease (a majority acknowledged it within the election timeout), each
+    /// follower's lag, and through which index the digests were verified.
+    Status {
+        /// One JSON object per node and line, with `status` and `lease_held` beside `metrics`.
+        #[arg(long)]
+        json: bool,
+    },
     /// The test-only partition switch of each node given (needs --allow-faults on the node).
     Partition {
         #[arg(value_parser = ["on", "off"])]
         state: String,
     },
+}
+
+/// Which client operation runs (the report's shape depends on it).
+enum OpKind {
+    Status,
+    Other,
 }
 
 fn parse_peer(s: &str) -> Result<(u64, String), String> {
@@ -220,19 +269,33 @@ fn main() -> ExitCode {
         }
         Cmd::Check { dir } => {
             let c = wal_raft::check::check(&dir);
-            println!("{}", c.summary());
+            out!("{}", c.summary());
             c.exit_code()
         }
         Cmd::Compare { dirs } => {
             let c = wal_raft::check::compare(&dirs);
-            println!("{}", c.summary());
+            out!("{}", c.summary());
             c.exit_code()
         }
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
+/// Logs to stderr through `tracing`, at the levels `RUST_LOG` gives (`info` for this crate and
+/// `warn` for openraft when it is unset; `RUST_LOG=debug` shows openraft's own events too).
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,wal_raft=info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .try_init();
+}
+
 async fn run(a: RunArgs) -> i32 {
+    init_logging();
     let peers: BTreeMap<u64, String> = a.peers.into_iter().collect();
     let mut cfg = NodeConfig::new(a.id, a.listen, peers, a.data);
     cfg.initialize = a.initialize;
@@ -281,7 +344,13 @@ async fn run(a: RunArgs) -> i32 {
             return 1;
         }
     };
-    println!("walraft-node {id}: listening on {} (state verdict at open: {:?})", node.addr, node.verdict);
+    out!("walraft-node {id}: listening on {} (state verdict at open: {:?})", node.addr, node.verdict);
+    // For operators and scripts: `kill $(cat DATA/node.pid)`. Removed at a clean stop; a node
+    // killed with SIGKILL leaves it, and the next start replaces it.
+    let pid_file = data.join(PID_FILE);
+    if let Err(e) = std::fs::write(&pid_file, format!("{}\n", std::process::id())) {
+        eprintln!("walraft-node {id}: cannot write {}: {e}", pid_file.display());
+    }
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
@@ -316,6 +385,7 @@ async fn run(a: RunArgs) -> i32 {
         }
     }
     eprintln!("walraft-node {id}: stopping");
+    let _ = std::fs::remove_file(&pid_file);
     let fenced = node.fence.reason().is_some();
     match node.shutdown().await {
         _ if fenced => EXIT_FENCED,
@@ -338,6 +408,7 @@ fn kind(k: Kind) -> catalog::EntityKind {
 
 async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
     let first = nodes.first().cloned().unwrap_or_default();
+    let op_kind = if matches!(op, Op::Status { .. }) { OpKind::Status } else { OpKind::Other };
     let cmd = match op {
         Op::Create { kind: k, parent, name, props } => catalog::Command::Create {
             parent: parent.map(catalog::EntityId),
@@ -359,11 +430,11 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
         Op::Lookup { parent, name } => {
             return match c.lookup(&first, parent, &name).await {
                 Ok(Some(e)) => {
-                    println!("{e:?}");
+                    out!("{e:?}");
                     0
                 }
                 Ok(None) => {
-                    println!("not found");
+                    out!("not found");
                     1
                 }
                 Err(e) => {
@@ -372,18 +443,40 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
                 }
             }
         }
-        Op::Metrics => {
-            let mut code = 0;
+        Op::Metrics { json } | Op::Status { json } => {
+            let status = matches!(op_kind, OpKind::Status);
+            let (mut answered, mut leaders) = (0, 0);
             for n in &nodes {
                 match c.metrics(n).await {
-                    Ok(m) => println!("{n}: {m:?}"),
-                    Err(e) => {
-                        println!("{n}: unreachable: {e}");
-                        code = 5;
+                    Ok(m) => {
+                        answered += 1;
+                        leaders += usize::from(m.lease_held());
+                        if json {
+                            let mut v = serde_json::json!({ "node": n, "metrics": m });
+                            if status {
+                                v["status"] = m.status().into();
+                                v["lease_held"] = m.lease_held().into();
+                            }
+                            out!("{v}");
+                        } else if status {
+                            out!("{n}: {}", m.status());
+                        } else {
+                            out!("{n}: {m:?}");
+                        }
                     }
+                    Err(e) if json => out!("{}", serde_json::json!({ "node": n, "error": e.to_string() })),
+                    Err(e) => out!("{n}: unreachable: {e}"),
                 }
             }
-            return code;
+            return if answered == 0 {
+                EXIT_NO_ANSWER
+            } else if answered < nodes.len() {
+                EXIT_PARTIAL
+            } else if status && leaders == 0 {
+                EXIT_NO_QUORUM
+            } else {
+                0
+            };
         }
         Op::Partition { state } => {
             let mut code = 0;
@@ -400,36 +493,38 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
     match &reply {
         WriteReply::Committed { index, outcome: Response::Done(receipt) } => {
             match catalog::Receipt::decode(receipt) {
-                Ok(r) => println!(
+                Ok(r) => out!(
                     "COMMITTED at index {index}: {:?} entity {} now at version {}",
-                    r.op, r.id.0, r.version
+                    r.op,
+                    r.id.0,
+                    r.version
                 ),
-                Err(e) => println!("COMMITTED at index {index}: receipt unreadable: {e}"),
+                Err(e) => out!("COMMITTED at index {index}: receipt unreadable: {e}"),
             }
             0
         }
         WriteReply::Committed { index, outcome: Response::Duplicate { .. } } => {
             // The client reports a retry that found its request id applied at the index where
             // the write first applied; what applying it gave then is not carried.
-            println!(
+            out!(
                 "COMMITTED at index {index} (applied by an earlier attempt of this write; a retry found it there, so whether the catalog refused it is not known here: look it up)"
             );
             0
         }
         WriteReply::Committed { index, outcome } => {
-            println!("COMMITTED at index {index}, refused by the catalog: {outcome:?}");
+            out!("COMMITTED at index {index}, refused by the catalog: {outcome:?}");
             1
         }
         WriteReply::Rejected { why, .. } => {
-            println!("REJECTED (never appended): {why}");
+            out!("REJECTED (never appended): {why}");
             2
         }
         WriteReply::Indeterminate { why } => {
-            println!("INDETERMINATE: {why}");
+            out!("INDETERMINATE: {why}");
             3
         }
         WriteReply::Redirect { addr, .. } => {
-            println!("REDIRECT to {addr} (not followed)");
+            out!("REDIRECT to {addr} (not followed)");
             2
         }
     }

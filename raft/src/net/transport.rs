@@ -117,7 +117,7 @@ impl TcpNet {
     fn failed(&mut self, what: &str, why: &str) -> Unreachable<TypeConfig> {
         let line = format!("{what} to node {} at {}: {why}", self.target, self.addr);
         if let Some(l) = self.failures.failed(Instant::now(), &line) {
-            eprintln!("walraft-node {}: {l}", self.id);
+            tracing::warn!(node = self.id, "{l}");
         }
         unreachable(line)
     }
@@ -125,7 +125,7 @@ impl TcpNet {
     /// Logs the end of a run of failures.
     fn succeeded(&mut self) {
         if let Some(l) = self.failures.succeeded() {
-            eprintln!("walraft-node {}: to node {} at {}: {l}", self.id, self.target, self.addr);
+            tracing::info!(node = self.id, "to node {} at {}: {l}", self.target, self.addr);
         }
     }
 

@@ -141,6 +141,70 @@ pub struct NodeMetrics {
     /// covered).
     #[serde(default)]
     pub io: crate::IoStats,
+    /// The voters and learners of the membership this node follows.
+    #[serde(default)]
+    pub voters: Vec<u64>,
+    #[serde(default)]
+    pub learners: Vec<u64>,
+    /// A leader: how long ago a majority last acknowledged it (`None`: not a leader, or never
+    /// acknowledged since it was elected: a lone node that cannot reach a quorum).
+    #[serde(default)]
+    pub quorum_ack_ms: Option<u64>,
+    /// The leader lease: a leader acknowledged within it may serve (`quorum_ack_ms` below it).
+    #[serde(default)]
+    pub lease_ms: u64,
+    /// A leader: per follower or learner, how many entries of this leader's log it has yet to
+    /// take (`None`: nothing matched yet).
+    #[serde(default)]
+    pub lag: std::collections::BTreeMap<u64, Option<u64>>,
+}
+
+impl NodeMetrics {
+    /// Whether this node is a leader that a majority acknowledged within its lease: one that
+    /// can commit. A node that says Leader but holds no lease (a lone restarted node, or one
+    /// cut off from the others) cannot.
+    pub fn lease_held(&self) -> bool {
+        self.state == "Leader" && self.quorum_ack_ms.is_some_and(|ms| ms < self.lease_ms)
+    }
+
+    /// One line for an operator: role, term, leader, lease and quorum, indexes, lag, and what
+    /// the digest claims last verified.
+    pub fn status(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        let mut s = format!(
+            "node {} {} term {} leader {} committed {} applied {}",
+            self.id,
+            self.state,
+            self.term,
+            opt(self.leader),
+            opt(self.committed),
+            opt(self.last_applied)
+        );
+        if self.state == "Leader" {
+            match self.quorum_ack_ms {
+                Some(ms) if self.lease_held() => {
+                    s += &format!(" quorum acked {ms} ms ago (lease {} ms held)", self.lease_ms)
+                }
+                Some(ms) => {
+                    s += &format!(
+                        " NO QUORUM: last acknowledged {ms} ms ago (lease {} ms lapsed; cannot commit)",
+                        self.lease_ms
+                    )
+                }
+                None => s += " NO QUORUM: no majority has acknowledged this leader (cannot commit)",
+            }
+            let lag: Vec<String> = self.lag.iter().map(|(id, l)| format!("{id}:{}", opt(*l))).collect();
+            s += &format!(" lag [{}]", lag.join(" "));
+        }
+        s += &format!(" digest verified through {}", opt(self.claims.verified_through));
+        if let Some(why) = &self.fenced {
+            s += &format!(" FENCED: {why}");
+        }
+        if let Some(why) = &self.fatal {
+            s += &format!(" STOPPED: {why}");
+        }
+        s
+    }
 }
 
 /// An entity as a lookup shows it.

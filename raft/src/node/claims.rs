@@ -171,7 +171,7 @@ pub async fn alter(
         })
         .await
         .map_err(|e| format!("the state machine is unavailable: {e}"))??;
-    eprintln!("walraft-node {id}: state ALTERED in memory (test fault) after index {r:?}");
+    tracing::warn!(node = id, "state ALTERED in memory (test fault) after index {r:?}");
     Ok(r)
 }
 

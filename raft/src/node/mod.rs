@@ -18,6 +18,7 @@
 //! 5. Serve the port (see [`server`]).
 
 pub mod claims;
+mod events;
 pub mod server;
 pub mod stall;
 
@@ -147,6 +148,7 @@ pub struct RunningNode {
     pub fence: Fence,
     server: tokio::task::JoinHandle<()>,
     claimer: tokio::task::JoinHandle<()>,
+    events: tokio::task::JoinHandle<()>,
 }
 
 impl RunningNode {
@@ -154,6 +156,7 @@ impl RunningNode {
     pub async fn shutdown(self) -> io::Result<()> {
         self.server.abort();
         self.claimer.abort();
+        self.events.abort();
         self.raft.shutdown().await.map_err(|e| io::Error::other(format!("shutdown: {e}")))
     }
 }
@@ -215,7 +218,7 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         members.insert(cfg.id, BasicNode::new(addr.to_string()));
         // Another node may have initialized first: that is not an error.
         if let Err(e) = raft.initialize(members).await {
-            eprintln!("walraft-node {}: initialize: {e}", cfg.id);
+            tracing::info!(node = cfg.id, "initialize: {e}");
         }
     }
     let ctx = server::Ctx {
@@ -234,7 +237,9 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     };
     let claimer = tokio::spawn(claims::run(raft.clone(), claims, claim_rx, partition, max_frame));
     let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));
-    Ok(Started::Running(RunningNode { raft, addr, verdict, fence, server, claimer }))
+    let events =
+        tokio::spawn(events::watch(raft.clone(), cfg.id, Duration::from_millis(cfg.election_max_ms)));
+    Ok(Started::Running(RunningNode { raft, addr, verdict, fence, server, claimer, events }))
 }
 
 #[cfg(test)]

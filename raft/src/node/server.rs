@@ -164,7 +164,7 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incomi
         Msg::Lookup { parent, name } => lookup(ctx, parent, name).await,
         Msg::Partition { on } => Reply::Partition(if ctx.allow_faults {
             ctx.partition.set(on);
-            eprintln!("walraft-node {}: partition switch {}", ctx.id, if on { "ON" } else { "off" });
+            tracing::warn!(node = ctx.id, "partition switch {}", if on { "ON" } else { "off" });
             Ok(on)
         } else {
             Err("the partition switch is for tests: start the node with --allow-faults".into())
@@ -382,6 +382,23 @@ async fn metrics(ctx: &Ctx) -> NodeMetrics {
         fenced: ctx.claims.fence.reason().map(str::to_string),
         claims: ctx.claims.stats.get(),
         io: ctx.io_stats.get(),
+        voters: m.membership_config.membership().voter_ids().collect(),
+        learners: m.membership_config.membership().learner_ids().collect(),
+        quorum_ack_ms: m
+            .last_quorum_acked
+            .as_ref()
+            .map(|t| openraft::Instant::elapsed(&**t).as_millis() as u64),
+        lease_ms: ctx.lease.as_millis() as u64,
+        lag: m
+            .replication
+            .iter()
+            .flatten()
+            .filter(|(id, _)| **id != ctx.id)
+            .map(|(id, matched)| {
+                let behind = |last: u64| last.saturating_sub(matched.as_ref().map_or(0, |l| l.index));
+                (*id, matched.as_ref().and(m.last_log_index).map(behind))
+            })
+            .collect(),
     }
 }
 

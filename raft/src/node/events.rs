@@ -1,0 +1,70 @@
+//! What an operator sees happen on a node: one `tracing` event per change that matters, from
+//! openraft's metrics (issue 28). A role, term or leader change; a membership change; a leader
+//! that no majority acknowledged within its lease (it cannot commit: a lone restarted node, or
+//! one cut off), and the lease held again; openraft's core stopping. Snapshots, truncations,
+//! purges, fences and failed RPCs are logged where they happen (`state_machine.rs`,
+//! `log_store.rs`, `fence.rs`, `net/transport.rs`). The binary installs a subscriber whose
+//! levels come from `RUST_LOG`; a controller embedding the library installs its own.
+
+use super::RaftNode;
+use openraft::async_runtime::WatchReceiver;
+use openraft::ServerState;
+use std::time::Duration;
+use tracing::{error, info, warn};
+
+/// Watches `raft`'s metrics until its core stops, logging each change. Also wakes every
+/// `lease` without a change: a leader cut off from the others changes nothing in its metrics.
+pub async fn watch(raft: RaftNode, id: u64, lease: Duration) {
+    let mut rx = raft.metrics();
+    let mut role = None;
+    let mut members = None;
+    let mut lease_held = None;
+    loop {
+        let (now, membership, held, stopped) = {
+            let m = rx.borrow_and_update();
+            let held = (m.state == ServerState::Leader).then(|| {
+                m.last_quorum_acked.as_ref().is_some_and(|t| openraft::Instant::elapsed(&**t) < lease)
+            });
+            let stopped = m.running_state.as_ref().err().map(|e| e.to_string());
+            (
+                (format!("{:?}", m.state), m.current_term, m.current_leader),
+                m.membership_config.to_string(),
+                held,
+                stopped,
+            )
+        };
+        if role.as_ref() != Some(&now) {
+            let (state, term, leader) = &now;
+            info!(node = id, role = %state, term, leader = ?leader, "role");
+            role = Some(now);
+        }
+        if members.as_ref() != Some(&membership) {
+            info!(node = id, membership = %membership, "membership");
+            members = Some(membership);
+        }
+        if held != lease_held {
+            match held {
+                Some(true) => info!(
+                    node = id,
+                    lease_ms = lease.as_millis() as u64,
+                    "leader: a majority acknowledged it; lease held"
+                ),
+                Some(false) => warn!(
+                    node = id,
+                    lease_ms = lease.as_millis() as u64,
+                    "leader: NO QUORUM: no majority acknowledged it within its lease; it cannot commit"
+                ),
+                None => {}
+            }
+            lease_held = held;
+        }
+        if let Some(why) = stopped {
+            error!(node = id, why = %why, "raft core stopped");
+            return;
+        }
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(lease) => {}
+        }
+    }
+}

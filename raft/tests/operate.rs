@@ -1,0 +1,143 @@
+//! What an operator runs against a live cluster of real `walraft-node` processes (issue 28):
+//! `client status` says who leads and whether that leader can commit (a leader cut off from the
+//! majority says NO QUORUM once its lease lapses), `client metrics --json` is one JSON object per
+//! node, the exit codes tell every node answered, some did, none did, or no leader holds a lease;
+//! a node logs its role changes through `tracing` and keeps a PID file while it runs; and no
+//! report panics when its output pipe is closed.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod support;
+
+use support::{Cluster, BIN, WAIT};
+
+fn client(nodes: &[String], args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("client");
+    for n in nodes {
+        cmd.args(["--node", n]);
+    }
+    cmd.args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Runs `BIN args` with its stdout a pipe whose reading end is already closed: every write to
+/// it fails with EPIPE. The exit code, and stderr.
+fn into_closed_pipe(args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(BIN).args(args).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn pid_in(data: &Path) -> Option<u32> {
+    std::fs::read_to_string(data.join("node.pid")).ok()?.trim().parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_metrics_logs_and_pid_files_tell_an_operator_what_the_cluster_does() {
+    let mut c = Cluster::start(&[]);
+    let all: Vec<String> = (1..=3).map(|i| c.addr(i)).collect();
+    let (leader, term) = c.leader(&[1, 2, 3]).await;
+
+    // Every node answered and one leader holds its lease: 0, one line per node.
+    let t = Instant::now();
+    let o = loop {
+        let o = client(&all, &["status"]);
+        if o.status.code() == Some(0) || t.elapsed() > WAIT {
+            break o;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let leading: Vec<&str> = out.lines().filter(|l| l.contains(" Leader ")).collect();
+    assert_eq!(leading.len(), 1, "{out}");
+    assert!(leading[0].contains(&format!("node {leader} Leader term {term}")), "{out}");
+    assert!(leading[0].contains("held") && leading[0].contains("lag ["), "{out}");
+
+    // --json: one object per node and line, the metrics under "metrics".
+    let o = client(&all, &["metrics", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3);
+    for (v, addr) in lines.iter().zip(&all) {
+        assert_eq!(v["node"], addr.as_str());
+        assert_eq!(v["metrics"]["voters"], serde_json::json!([1, 2, 3]), "{v}");
+    }
+    let led: Vec<_> = lines.iter().filter(|v| v["metrics"]["state"] == "Leader").collect();
+    assert_eq!(led.len(), 1);
+    assert!(led[0]["metrics"]["quorum_ack_ms"].as_u64().is_some(), "{}", led[0]);
+
+    // Each node keeps a PID file with its own process id while it runs.
+    for id in 1..=3u64 {
+        assert_eq!(pid_in(&c.data(id)), Some(c.children[&id].id()), "node {id}'s node.pid");
+    }
+    // The leader logged its role through tracing (stderr goes to n<id>.out).
+    let log = c.output(leader);
+    assert!(log.contains("role") && log.contains("role=Leader"), "{log}");
+
+    // The leader cut off from both followers: once its lease lapses it says NO QUORUM, and
+    // `status` against it alone exits 7 (it answered, but no leader can commit).
+    let la = c.addr(leader);
+    let o = client(std::slice::from_ref(&la), &["partition", "on"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = Instant::now();
+    let o = loop {
+        let o = client(std::slice::from_ref(&la), &["status"]);
+        if o.status.code() == Some(7) || t.elapsed() > WAIT {
+            break o;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(7), "{out}");
+    // It may still call itself Leader (NO QUORUM), or have stepped down already.
+    assert!(out.contains("NO QUORUM") || !out.contains(" Leader "), "{out}");
+    let o = client(std::slice::from_ref(&la), &["partition", "off"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    c.leader(&[1, 2, 3]).await;
+
+    // A node down: the others still answer, and the exit code says not all did (6).
+    let follower = (1..=3).find(|i| *i != leader).unwrap();
+    c.stop(follower);
+    assert!(pid_in(&c.data(follower)).is_none(), "a clean stop removes node.pid");
+    let o = client(&all, &["status"]);
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("unreachable"), "{}", text(&o));
+    let o = client(&all, &["metrics", "--json"]);
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    let down: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("error").is_some())
+        .collect();
+    assert_eq!(down.len(), 1, "{}", text(&o));
+    assert_eq!(down[0]["node"], c.addr(follower).as_str());
+
+    // No node answers: 5.
+    c.stop_all();
+    let o = client(&all, &["status"]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+
+    // Reports into a closed pipe end quietly with the code they would have given.
+    let data: Vec<String> = (1..=3).map(|i| c.data(i).display().to_string()).collect();
+    for args in [
+        vec!["check", data[0].as_str()],
+        vec!["compare", data[0].as_str(), data[1].as_str(), data[2].as_str()],
+        vec!["client", "--node", all[0].as_str(), "status"],
+        vec!["client", "--node", all[0].as_str(), "metrics", "--json"],
+    ] {
+        let normal = Command::new(BIN).args(&args).output().unwrap().status.code();
+        let (code, stderr) = into_closed_pipe(&args);
+        assert_eq!(code, normal, "{args:?} into a closed pipe: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
