@@ -116,4 +116,22 @@ mod tests {
         // A forwarded write is no larger than the client's: `true` is shorter than `false`.
         assert!(request_len(id, true, big) <= len);
     }
+
+    /// docs/replication.md quotes the largest command a 16 KiB frame takes, twice (the node
+    /// binary's paragraph and `tests/oversized_write.rs`'s row): it must be this one.
+    #[test]
+    fn the_docs_quote_the_largest_command_of_16_kib_frames() {
+        let most = max_command_len(16 << 10).to_string();
+        let (head, tail) = most.split_at(most.len() - 3);
+        let figure = format!("{head},{tail}");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/replication.md");
+        let text = std::fs::read_to_string(path).unwrap();
+        let doc = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for quote in [
+            format!("({figure} bytes of command with 16 KiB frames;"),
+            format!("the largest command taken ({figure} bytes) is Committed"),
+        ] {
+            assert!(doc.contains(&quote), "docs/replication.md does not say {quote:?}");
+        }
+    }
 }
