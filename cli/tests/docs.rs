@@ -6,7 +6,8 @@
 //! - every `cargo` command in a shell block names a package, target and feature that exist;
 //! - every number in the README's test figures comes from the committed summary it cites, and
 //!   its verdict table gives walcheck's exit codes; the fault sweep's figures in docs/testing.md
-//!   are the committed long sweep's.
+//!   are the committed long sweep's, and its counts of fixtures and fuzz inputs are the
+//!   committed files'.
 //!
 //! The README's performance table is held to its committed results file by a test of
 //! `benches/compare` (`readme_performance_rows_come_from_the_committed_run`).
@@ -389,6 +390,38 @@ fn docs_report_the_committed_long_sweep_summary() {
     }
     assert!(section.contains(json["git_commit"].as_str().unwrap()), "docs/testing.md names another commit");
     assert_eq!(num(&json["entries_lost"]), 0);
+}
+
+/// The counts docs/testing.md gives of committed files: the fixtures `fixtures/tests/` checks and
+/// the fuzz corpus `wal/tests/fuzz_corpus.rs` replays.
+#[test]
+fn docs_count_the_committed_fixtures_and_fuzz_corpus() {
+    let page = read("docs/testing.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let manifest: serde_json::Value = serde_json::from_str(&read("fixtures/manifest.json")).unwrap();
+    let fixtures = manifest["fixtures"].as_array().unwrap().len() as u64;
+    // Every input of every target's corpus, as fuzz_corpus.rs reads them: regular files, dot
+    // files and notes skipped.
+    let mut inputs = 0u64;
+    for target in std::fs::read_dir(root().join("fuzz/corpus")).unwrap() {
+        let target = target.unwrap();
+        if !target.file_type().unwrap().is_dir() {
+            continue;
+        }
+        for e in std::fs::read_dir(target.path()).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().unwrap().is_file() && !name.starts_with('.') && !name.ends_with(".md") {
+                inputs += 1;
+            }
+        }
+    }
+    assert!(fixtures > 0 && inputs > 0);
+    for line in [
+        format!("each of the {fixtures} committed fixtures"),
+        format!("the committed corpus ({} inputs)", commas(inputs)),
+    ] {
+        assert!(page.contains(&line), "docs/testing.md lacks `{line}`");
+    }
 }
 
 #[test]

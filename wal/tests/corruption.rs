@@ -310,6 +310,7 @@ fn every_bit_flip_in_data_is_corrupt_at_its_record() {
     let n = flips(false);
     println!("checked {n} single-bit flips");
     assert!(n > 30_000, "{n}");
+    assert_eq!(n, 85_520, "docs/testing.md quotes this count");
 }
 
 #[test]
