@@ -141,3 +141,60 @@ async fn status_metrics_logs_and_pid_files_tell_an_operator_what_the_cluster_doe
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+/// docs/running-a-cluster.md's commands, every one of its shell blocks in order, run by bash
+/// on free ports and in a temporary directory (`cargo build` is the test's own build). Any
+/// command that fails fails the script (`bash -e`); the whole is bounded by `timeout`.
+#[test]
+fn the_cluster_guide_runs_as_written() {
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/running-a-cluster.md"))
+        .unwrap();
+    let mut script = String::new();
+    let mut in_sh = false;
+    for line in guide.lines() {
+        match line.trim_start().strip_prefix("```") {
+            Some("sh") => in_sh = true,
+            Some(_) => in_sh = false,
+            None if in_sh => {
+                script.push_str(line);
+                script.push('\n');
+            }
+            None => {}
+        }
+    }
+    assert!(script.contains("$C create") && script.contains("$N compare"), "{script}");
+    let dir = tempfile::tempdir().unwrap();
+    let ports = support::free_ports(3);
+    let mut script = script
+        .replace("cargo build -p wal-raft --bin walraft-node\n", "")
+        .replace("N=target/debug/walraft-node", &format!("N={BIN}"))
+        .replace("/tmp/walraft-n", &format!("{}/log-n", dir.path().display()))
+        .replace("/tmp/walraft", &dir.path().display().to_string());
+    for (i, p) in ports.iter().enumerate() {
+        script = script.replace(&format!("127.0.0.1:{}", 7101 + i), &format!("127.0.0.1:{p}"));
+    }
+    assert!(
+        !script.contains(":710") && !script.contains("/tmp/walraft"),
+        "not every address or path replaced:\n{script}"
+    );
+    let o = Command::new("timeout")
+        .args(["120", "bash", "-e", "-c", &script])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let out = text(&o);
+    let logs: String = (1..=3)
+        .map(|i| std::fs::read_to_string(dir.path().join(format!("log-n{i}.log"))).unwrap_or_default())
+        .collect();
+    assert_eq!(o.status.code(), Some(0), "the guide's commands failed:\n{out}\n--- node logs:\n{logs}");
+    for want in ["COMMITTED at index 2", "lake9", "held", "\"metrics\"", "CLEAN", "AGREE"] {
+        assert!(out.contains(want), "`{want}` not in the guide's output:\n{out}");
+    }
+    assert!(logs.contains("role=Leader"), "no role event in the nodes' logs:\n{logs}");
+    for i in 1..=3 {
+        assert!(
+            !dir.path().join(format!("n{i}/node.pid")).exists(),
+            "node {i} left node.pid after a clean stop"
+        );
+    }
+}

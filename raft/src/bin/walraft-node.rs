@@ -1,14 +1,16 @@
-//! `walraft-node`: a catalog replicated over openraft on this log. See the README section
-//! "Running a cluster". The logic is in the `wal_raft` library; this file parses arguments.
+//! `walraft-node`: a catalog replicated over openraft on this log. See docs/running-a-cluster.md.
+//! The logic is in the `wal_raft` library; this file parses arguments and prints reports.
 //!
 //! Exit codes: `run` 0 after a clean stop (SIGINT/SIGTERM), 4 when the state verdict is
 //! DIVERGENT (Raft is not started), 9 when the node is fenced (its data directory holds a
 //! `FENCED` file: refused at start; or it fenced itself while running and was then stopped),
 //! 70 when openraft's core stopped by itself, 1 on an error. `client` write commands: 0 committed and
 //! applied, 1 committed but refused by the catalog, 2 rejected (never appended; also a write
-//! too large for the client's or a node's frame limit), 3
-//! indeterminate, 5 no node reachable. `check`/`compare`: walcheck's codes. A usage error (bad
-//! arguments) exits 64, as walcheck's do: clap's default 2 is `client`'s REJECTED.
+//! too large for the client's or a node's frame limit), 3 indeterminate. `lookup`: 0 found, 1
+//! not found, 5 no answer. `status`/`metrics`: 0 every node answered, 5 none did, 6 some did not;
+//! `status` 7 when no leader holds its lease. `check`/`compare`: walcheck's codes. A usage
+//! error (bad arguments) exits 64, as walcheck's do: clap's default 2 is `client`'s REJECTED.
+//! Reports written into a closed pipe stop quietly, with the same exit code.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use openraft::async_runtime::WatchReceiver;
@@ -202,7 +204,8 @@ enum Op {
         #[arg(long)]
         cascade: bool,
     },
-    /// An entity by parent and name, in the first node's applied state.
+    /// An entity by parent and name, in the leader's applied state (the first node's when no
+    /// leader answers).
     Lookup {
         #[arg(long)]
         parent: Option<u64>,
@@ -428,6 +431,16 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
             catalog::Command::Drop { id: catalog::EntityId(id), expected_version: version, cascade }
         }
         Op::Lookup { parent, name } => {
+            // The leader's applied state holds every write it acknowledged; a follower's may
+            // lag by a heartbeat. Without a leader, the first node's.
+            let mut at = first.clone();
+            for n in &nodes {
+                if c.metrics(n).await.is_ok_and(|m| m.state == "Leader") {
+                    at = n.clone();
+                    break;
+                }
+            }
+            let first = at;
             return match c.lookup(&first, parent, &name).await {
                 Ok(Some(e)) => {
                     out!("{e:?}");
@@ -441,7 +454,7 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
                     eprintln!("{first}: {e}");
                     5
                 }
-            }
+            };
         }
         Op::Metrics { json } | Op::Status { json } => {
             let status = matches!(op_kind, OpKind::Status);
