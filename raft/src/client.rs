@@ -50,7 +50,7 @@
 //! concurrent caller.
 
 use crate::net::frame::{read_frame_max, write_frame_max, TooLarge, MAX_FRAME_LEN};
-use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
+use crate::net::wire::{EntityView, MembershipChange, MembershipView, Msg, NodeMetrics, Reply, WriteReply};
 use crate::net::{idle, limit};
 use crate::Response;
 use std::collections::{HashMap, HashSet};
@@ -456,6 +456,38 @@ impl Client {
             Reply::Error(e) => Err(io::Error::other(e)),
             other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
         }
+    }
+
+    /// Asks the node at `addr` to change the membership: the membership after it, or why it was
+    /// refused (`Ok(Err(..))`: nothing changed). Only the leader changes it
+    /// ([`Client::membership_at_leader`] finds it).
+    pub async fn membership(
+        &self,
+        addr: &str,
+        change: &MembershipChange,
+    ) -> io::Result<Result<MembershipView, String>> {
+        match self.call(addr, &Msg::Membership(change.clone())).await? {
+            Reply::Membership(r) => Ok(r),
+            Reply::Error(e) => Ok(Err(e)),
+            other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// [`Client::membership`] at the leader among this client's nodes (the node they say
+    /// leads, by their metrics; the address the leader's own membership gives for it).
+    pub async fn membership_at_leader(
+        &self,
+        change: &MembershipChange,
+    ) -> io::Result<Result<MembershipView, String>> {
+        let mut last = io::Error::other("no node answered");
+        for n in self.addrs.clone() {
+            match self.metrics(&n).await {
+                Ok(m) if m.state == "Leader" => return self.membership(&n, change).await,
+                Ok(_) => {}
+                Err(e) => last = e,
+            }
+        }
+        Err(io::Error::other(format!("no leader among the nodes given ({last})")))
     }
 
     /// The test-only partition switch of the node at `addr`.

@@ -142,8 +142,9 @@ async fn status_metrics_logs_and_pid_files_tell_an_operator_what_the_cluster_doe
     }
 }
 
-/// docs/running-a-cluster.md's commands, every one of its shell blocks in order, run by bash
-/// on free ports and in a temporary directory (`cargo build` is the test's own build). Any
+/// docs/running-a-cluster.md's commands, every one of its shell blocks in order (three nodes,
+/// writes, status, a fourth node added and promoted and node 3 removed, the offline checks),
+/// run by bash on free ports and in a temporary directory (`cargo build` is the test's own). Any
 /// command that fails fails the script (`bash -e`); the whole is bounded by `timeout`.
 #[test]
 fn the_cluster_guide_runs_as_written() {
@@ -162,9 +163,12 @@ fn the_cluster_guide_runs_as_written() {
             None => {}
         }
     }
-    assert!(script.contains("$C create") && script.contains("$N compare"), "{script}");
+    assert!(
+        script.contains("$C create") && script.contains("$C promote") && script.contains("$N compare"),
+        "{script}"
+    );
     let dir = tempfile::tempdir().unwrap();
-    let ports = support::free_ports(3);
+    let ports = support::free_ports(4);
     let mut script = script
         .replace("cargo build -p wal-raft --bin walraft-node\n", "")
         .replace("N=target/debug/walraft-node", &format!("N={BIN}"))

@@ -8,7 +8,9 @@
 //! applied, 1 committed but refused by the catalog, 2 rejected (never appended; also a write
 //! too large for the client's or a node's frame limit), 3 indeterminate. `lookup`: 0 found, 1
 //! not found, 5 no answer. `status`/`metrics`: 0 every node answered, 5 none did, 6 some did not;
-//! `status` 7 when no leader holds its lease. `check`/`compare`: walcheck's codes. A usage
+//! `status` 7 when no leader holds its lease. Membership changes (`add-learner`, `promote`, `remove`,
+//! `set-address`): 0 done, 2 refused (nothing changed), 5 no leader answered.
+//! `check`/`compare`: walcheck's codes. A usage
 //! error (bad arguments) exits 64, as walcheck's do: clap's default 2 is `client`'s REJECTED.
 //! Reports written into a closed pipe stop quietly, with the same exit code.
 
@@ -19,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use wal_raft::client::Client;
-use wal_raft::net::wire::WriteReply;
+use wal_raft::net::wire::{MembershipChange, WriteReply};
 use wal_raft::node::{start, NodeConfig, Started};
 use wal_raft::Response;
 
@@ -227,6 +229,33 @@ enum Op {
         #[arg(long)]
         json: bool,
     },
+    /// Add a node as a learner (it receives the log but does not vote); answers once it has
+    /// caught up. Start the node first (`run` without --initialize). A node that lost its
+    /// data directory rejoins under a new id.
+    AddLearner {
+        #[arg(long)]
+        id: u64,
+        /// host:port the node listens on.
+        #[arg(long)]
+        addr: String,
+    },
+    /// Make learners voters (joint consensus; refused if a quorum would be lost).
+    Promote {
+        #[arg(long = "id", required = true)]
+        ids: Vec<u64>,
+    },
+    /// Remove voters or learners (refused if a quorum would be lost).
+    Remove {
+        #[arg(long = "id", required = true)]
+        ids: Vec<u64>,
+    },
+    /// A member was restarted, with its data directory, listening at a new address.
+    SetAddress {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        addr: String,
+    },
     /// The test-only partition switch of each node given (needs --allow-faults on the node).
     Partition {
         #[arg(value_parser = ["on", "off"])]
@@ -268,6 +297,8 @@ fn main() -> ExitCode {
             c.attempt_timeout = Duration::from_millis(attempt_timeout_ms);
             c.write_deadline = Duration::from_millis(write_deadline_ms);
             c.max_frame = max_frame_bytes;
+            // A membership change waits for openraft (add-learner: until the learner caught up).
+            c.call_timeout = c.call_timeout.max(c.write_deadline);
             rt.block_on(client(c, nodes, op))
         }
         Cmd::Check { dir } => {
@@ -489,6 +520,36 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
                 EXIT_NO_QUORUM
             } else {
                 0
+            };
+        }
+        Op::AddLearner { .. } | Op::Promote { .. } | Op::Remove { .. } | Op::SetAddress { .. } => {
+            let change = match op {
+                Op::AddLearner { id, addr } => MembershipChange::AddLearner { id, addr },
+                Op::Promote { ids } => MembershipChange::Promote { ids },
+                Op::Remove { ids } => MembershipChange::Remove { ids },
+                Op::SetAddress { id, addr } => MembershipChange::SetAddress { id, addr },
+                _ => unreachable!("matched above"),
+            };
+            return match c.membership_at_leader(&change).await {
+                Ok(Ok(v)) => {
+                    let nodes: Vec<String> = v.nodes.iter().map(|(id, a)| format!("{id}={a}")).collect();
+                    out!(
+                        "DONE: voters {:?} learners {:?} nodes {} (membership at index {})",
+                        v.voters,
+                        v.learners,
+                        nodes.join(" "),
+                        v.index.map_or("-".to_string(), |i| i.to_string())
+                    );
+                    0
+                }
+                Ok(Err(why)) => {
+                    out!("REFUSED (nothing changed): {why}");
+                    2
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    EXIT_NO_ANSWER
+                }
             };
         }
         Op::Partition { state } => {

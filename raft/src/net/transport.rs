@@ -49,14 +49,34 @@ impl Partition {
     }
 }
 
+/// The peers' addresses as the newest membership this node knows gives them. openraft keeps a
+/// replication stream (and its network client) for a peer whose address a membership change
+/// moved (`ChangeMembers::SetNodes`), so each client looks its peer up here before it connects:
+/// a moved node is reached at its new address from the next connection on.
+#[derive(Clone, Debug, Default)]
+pub struct Addresses(Arc<std::sync::RwLock<std::collections::BTreeMap<u64, String>>>);
+
+impl Addresses {
+    /// Takes the addresses of a membership's nodes.
+    pub fn update(&self, nodes: impl IntoIterator<Item = (u64, String)>) {
+        let mut book = self.0.write().unwrap_or_else(|e| e.into_inner());
+        book.extend(nodes);
+    }
+
+    pub fn get(&self, id: u64) -> Option<String> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+    }
+}
+
 /// Makes a [`TcpNet`] per openraft client; peers' addresses come from the membership
-/// (`BasicNode::addr`).
+/// (`BasicNode::addr`, then [`Addresses`] as it changes).
 #[derive(Clone, Debug)]
 pub struct TcpNetFactory {
     pub partition: Partition,
     /// This node's id (in what it logs) and the largest frame it sends.
     pub id: u64,
     pub max_frame: usize,
+    pub addresses: Addresses,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetFactory {
@@ -71,6 +91,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetFactory {
             partition: self.partition.clone(),
             max_frame: self.max_frame,
             failures: FailureLog::default(),
+            addresses: self.addresses.clone(),
         }
     }
 }
@@ -85,6 +106,7 @@ pub struct TcpNet {
     partition: Partition,
     max_frame: usize,
     failures: FailureLog,
+    addresses: Addresses,
 }
 
 fn unreachable(e: impl std::fmt::Display) -> Unreachable<TypeConfig> {
@@ -133,6 +155,12 @@ impl TcpNet {
         // A connection the peer closed since the last call (it restarted): a new one, rather
         // than a failed call and openraft's backoff.
         if self.conn.as_ref().is_some_and(|s| !idle::reusable(s)) {
+            self.conn = None;
+        }
+        // The peer moved (a membership change set its new address): connect there.
+        if let Some(addr) = self.addresses.get(self.target).filter(|a| *a != self.addr) {
+            tracing::info!(node = self.id, "node {} moved from {} to {addr}", self.target, self.addr);
+            self.addr = addr;
             self.conn = None;
         }
         if self.conn.is_none() {

@@ -50,6 +50,34 @@ pub enum Msg {
     /// node's state in memory only, bypassing the log: the divergence the digest claims must
     /// catch.
     AlterState { command: Vec<u8> },
+    /// Admin: change the cluster's membership (`crate::node::membership`). Only the leader
+    /// does it; another node answers where the leader is.
+    Membership(MembershipChange),
+}
+
+/// A change of the cluster's membership an operator asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembershipChange {
+    /// Start replicating to a new node as a learner (it does not vote); answered once it has
+    /// caught up with the leader's log (by snapshot if the leader purged what it needs).
+    AddLearner { id: u64, addr: String },
+    /// Make learners voters (a joint-consensus change).
+    Promote { ids: Vec<u64> },
+    /// Remove voters or learners from the cluster.
+    Remove { ids: Vec<u64> },
+    /// A member now listens at `addr` (it was restarted there with its data directory).
+    SetAddress { id: u64, addr: String },
+}
+
+/// The membership after a change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipView {
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// Every member's address.
+    pub nodes: std::collections::BTreeMap<u64, String>,
+    /// The log index of the membership entry that made it.
+    pub index: Option<u64>,
 }
 
 impl Msg {
@@ -85,6 +113,8 @@ pub enum Reply {
     Claim(Result<(), String>),
     /// The state was altered; the last index applied then.
     Altered(Result<Option<u64>, String>),
+    /// The membership after the change, or why it was refused (nothing changed).
+    Membership(Result<MembershipView, String>),
     /// The request could not be served at all (with why).
     Error(String),
     /// The request's frame was longer than this node's limit: it was not read (its body was

@@ -4,9 +4,11 @@
 //! one cut off), and the lease held again; openraft's core stopping. Snapshots, truncations,
 //! purges, fences and failed RPCs are logged where they happen (`state_machine.rs`,
 //! `log_store.rs`, `fence.rs`, `net/transport.rs`). The binary installs a subscriber whose
-//! levels come from `RUST_LOG`; a controller embedding the library installs its own.
+//! levels come from `RUST_LOG`; a controller embedding the library installs its own. The same
+//! watch keeps the network's address book ([`Addresses`]) on the newest membership.
 
 use super::RaftNode;
+use crate::net::transport::Addresses;
 use openraft::async_runtime::WatchReceiver;
 use openraft::ServerState;
 use std::time::Duration;
@@ -14,7 +16,8 @@ use tracing::{error, info, warn};
 
 /// Watches `raft`'s metrics until its core stops, logging each change. Also wakes every
 /// `lease` without a change: a leader cut off from the others changes nothing in its metrics.
-pub async fn watch(raft: RaftNode, id: u64, lease: Duration) {
+/// Each membership's addresses go to `addresses`, which the network reads before it connects.
+pub async fn watch(raft: RaftNode, id: u64, lease: Duration, addresses: Addresses) {
     let mut rx = raft.metrics();
     let mut role = None;
     let mut members = None;
@@ -22,6 +25,7 @@ pub async fn watch(raft: RaftNode, id: u64, lease: Duration) {
     loop {
         let (now, membership, held, stopped) = {
             let m = rx.borrow_and_update();
+            addresses.update(m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())));
             let held = (m.state == ServerState::Leader).then(|| {
                 m.last_quorum_acked.as_ref().is_some_and(|t| openraft::Instant::elapsed(&**t) < lease)
             });

@@ -19,6 +19,7 @@
 
 pub mod claims;
 mod events;
+pub mod membership;
 pub mod server;
 pub mod stall;
 
@@ -208,7 +209,9 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
             crate::net::frame::MIN_FRAME_LEN
         )));
     }
-    let net = TcpNetFactory { partition: partition.clone(), id: cfg.id, max_frame };
+    let addresses = crate::net::transport::Addresses::default();
+    let net =
+        TcpNetFactory { partition: partition.clone(), id: cfg.id, max_frame, addresses: addresses.clone() };
     let raft = Raft::new(cfg.id, cfg.raft_config()?, net, log, sm)
         .await
         .map_err(|e| io::Error::other(format!("starting raft: {e}")))?;
@@ -234,11 +237,16 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         max_frame,
         forward_pool: Default::default(),
         claims: claims.clone(),
+        checkpoint_every: cfg.checkpoint_every,
     };
     let claimer = tokio::spawn(claims::run(raft.clone(), claims, claim_rx, partition, max_frame));
     let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));
-    let events =
-        tokio::spawn(events::watch(raft.clone(), cfg.id, Duration::from_millis(cfg.election_max_ms)));
+    let events = tokio::spawn(events::watch(
+        raft.clone(),
+        cfg.id,
+        Duration::from_millis(cfg.election_max_ms),
+        addresses,
+    ));
     Ok(Started::Running(RunningNode { raft, addr, verdict, fence, server, claimer, events }))
 }
 

@@ -70,6 +70,8 @@ pub struct Ctx {
     pub forward_pool: tokio::sync::Mutex<std::collections::HashMap<String, Vec<TcpStream>>>,
     /// Digest claims (`node/claims.rs`) and this node's fence.
     pub claims: Arc<crate::node::claims::Claims>,
+    /// Claim indexes are its multiples (`NodeConfig::checkpoint_every`): more than the voters.
+    pub checkpoint_every: u64,
 }
 
 /// Accepts connections until the task is aborted.
@@ -170,6 +172,7 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incomi
             Err("the partition switch is for tests: start the node with --allow-faults".into())
         }),
         Msg::Claim(c) => Reply::Claim(crate::node::claims::propose(raft, &ctx.claims, c).await),
+        Msg::Membership(change) => Reply::Membership(crate::node::membership::change(ctx, change).await),
         Msg::AlterState { command } => {
             Reply::Altered(crate::node::claims::alter(raft, ctx.id, ctx.allow_faults, &command).await)
         }
