@@ -6,7 +6,6 @@
 //! one digest. Each step shows in the nodes' logs.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,20 +13,7 @@ use wal_raft::client::Client;
 
 mod support;
 
-use support::{create, created_id, free_ports, Cluster, BIN, WAIT};
-
-fn client(nodes: &[String], args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("client");
-    for n in nodes {
-        cmd.args(["--node", n]);
-    }
-    cmd.args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+use support::{client_cmd, create, created_id, free_ports, out_text, Cluster, WAIT};
 
 /// Runs a membership command against `nodes`, retrying while the cluster is between leaders
 /// (no leader answered, exit 5, or the node that answered stopped leading: refused with "not
@@ -35,8 +21,8 @@ fn text(o: &Output) -> String {
 async fn admin(c: &Cluster, nodes: &[String], args: &[&str], want: i32) -> String {
     let t = Instant::now();
     loop {
-        let o = client(nodes, args);
-        let out = text(&o);
+        let o = client_cmd(nodes, args);
+        let out = out_text(&o);
         let code = o.status.code();
         if code == Some(want) && !(want == 2 && out.contains("not the leader")) {
             return out;

@@ -6,25 +6,12 @@
 //! report panics when its output pipe is closed.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{Cluster, BIN, WAIT};
-
-fn client(nodes: &[String], args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("client");
-    for n in nodes {
-        cmd.args(["--node", n]);
-    }
-    cmd.args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+use support::{client_cmd, out_text, Cluster, BIN, WAIT};
 
 /// Runs `BIN args` with its stdout a pipe whose reading end is already closed: every write to
 /// it fails with EPIPE. The exit code, and stderr.
@@ -48,14 +35,14 @@ async fn status_metrics_logs_and_pid_files_tell_an_operator_what_the_cluster_doe
     // Every node answered and one leader holds its lease: 0, one line per node.
     let t = Instant::now();
     let o = loop {
-        let o = client(&all, &["status"]);
+        let o = client_cmd(&all, &["status"]);
         if o.status.code() == Some(0) || t.elapsed() > WAIT {
             break o;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     assert_eq!(out.lines().count(), 3, "{out}");
     let leading: Vec<&str> = out.lines().filter(|l| l.contains(" Leader ")).collect();
     assert_eq!(leading.len(), 1, "{out}");
@@ -63,8 +50,8 @@ async fn status_metrics_logs_and_pid_files_tell_an_operator_what_the_cluster_doe
     assert!(leading[0].contains("held") && leading[0].contains("lag ["), "{out}");
 
     // --json: one object per node and line, the metrics under "metrics".
-    let o = client(&all, &["metrics", "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = client_cmd(&all, &["metrics", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     let lines: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 3);
@@ -87,45 +74,45 @@ async fn status_metrics_logs_and_pid_files_tell_an_operator_what_the_cluster_doe
     // The leader cut off from both followers: once its lease lapses it says NO QUORUM, and
     // `status` against it alone exits 7 (it answered, but no leader can commit).
     let la = c.addr(leader);
-    let o = client(std::slice::from_ref(&la), &["partition", "on"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = client_cmd(std::slice::from_ref(&la), &["partition", "on"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     let t = Instant::now();
     let o = loop {
-        let o = client(std::slice::from_ref(&la), &["status"]);
+        let o = client_cmd(std::slice::from_ref(&la), &["status"]);
         if o.status.code() == Some(7) || t.elapsed() > WAIT {
             break o;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let out = text(&o);
+    let out = out_text(&o);
     assert_eq!(o.status.code(), Some(7), "{out}");
     // It may still call itself Leader (NO QUORUM), or have stepped down already.
     assert!(out.contains("NO QUORUM") || !out.contains(" Leader "), "{out}");
-    let o = client(std::slice::from_ref(&la), &["partition", "off"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = client_cmd(std::slice::from_ref(&la), &["partition", "off"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out_text(&o));
     c.leader(&[1, 2, 3]).await;
 
     // A node down: the others still answer, and the exit code says not all did (6).
     let follower = (1..=3).find(|i| *i != leader).unwrap();
     c.stop(follower);
     assert!(pid_in(&c.data(follower)).is_none(), "a clean stop removes node.pid");
-    let o = client(&all, &["status"]);
-    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("unreachable"), "{}", text(&o));
-    let o = client(&all, &["metrics", "--json"]);
-    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+    let o = client_cmd(&all, &["status"]);
+    assert_eq!(o.status.code(), Some(6), "{}", out_text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("unreachable"), "{}", out_text(&o));
+    let o = client_cmd(&all, &["metrics", "--json"]);
+    assert_eq!(o.status.code(), Some(6), "{}", out_text(&o));
     let down: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|v| v.get("error").is_some())
         .collect();
-    assert_eq!(down.len(), 1, "{}", text(&o));
+    assert_eq!(down.len(), 1, "{}", out_text(&o));
     assert_eq!(down[0]["node"], c.addr(follower).as_str());
 
     // No node answers: 5.
     c.stop_all();
-    let o = client(&all, &["status"]);
-    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    let o = client_cmd(&all, &["status"]);
+    assert_eq!(o.status.code(), Some(5), "{}", out_text(&o));
 
     // Reports into a closed pipe end quietly with the code they would have given.
     let data: Vec<String> = (1..=3).map(|i| c.data(i).display().to_string()).collect();
@@ -186,7 +173,7 @@ fn the_cluster_guide_runs_as_written() {
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
-    let out = text(&o);
+    let out = out_text(&o);
     let logs: String = (1..=3)
         .map(|i| std::fs::read_to_string(dir.path().join(format!("log-n{i}.log"))).unwrap_or_default())
         .collect();

@@ -462,3 +462,19 @@ pub fn created_id(w: &WriteReply) -> Option<u64> {
         _ => None,
     }
 }
+
+/// Runs `walraft-node client --node N... ARGS` (the binary cargo built) and waits for it.
+#[cfg(test)]
+pub fn client_cmd(nodes: &[String], args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("client");
+    for n in nodes {
+        cmd.args(["--node", n]);
+    }
+    cmd.args(args).output().unwrap()
+}
+
+/// A command's stdout then stderr, for assertions and failure messages.
+pub fn out_text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
