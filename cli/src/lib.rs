@@ -287,9 +287,16 @@ fn usable_path(p: &Path, dir: bool) -> Result<(), &'static str> {
     }
 }
 
-/// A directory holding no log: said on stderr (an absent log is a usage error).
+/// A directory holding no log: said on stderr (an absent log is a usage error), with where
+/// the log is when `dir` is a `walraft-node` data directory (`log/` and `sm/` inside).
 fn say_no_log(dir: &Path, n: NoLog) {
     eprintln!("walcheck: {}: {}", dir.display(), no_log_text(n));
+    if matches!(n, NoLog::Absent) && dir.join("log").join("wal.meta").is_file() && dir.join("sm").is_dir() {
+        eprintln!(
+            "walcheck: {0} looks like a walraft-node data directory: its log is {0}/log; `walraft-node check {0}` checks it with the Raft state machine",
+            dir.display()
+        );
+    }
 }
 
 fn color() -> bool {

@@ -38,6 +38,12 @@ use openraft::EntryPayload;
 use serde::{Deserialize, Serialize};
 use std::io;
 
+/// Log metadata key that says what the log is: [`LOG_KIND`], written when the log store first
+/// opens a log, so that a tool reading the log alone (walcheck) knows its entries are Raft
+/// entries (`verifier::state::RAFT_META_KEYS` holds every key of this crate).
+pub const LOG_KIND_META_KEY: u32 = 0x5241_4600;
+/// The value of [`LOG_KIND_META_KEY`].
+pub const LOG_KIND: &[u8] = b"wal-raft log";
 /// Log metadata key of the vote (JSON of `VoteOf<TypeConfig>`).
 pub const VOTE_META_KEY: u32 = 0x5241_4601;
 /// Log metadata key of the committed log id (JSON of `Option<LogId>`).
@@ -142,6 +148,15 @@ mod tests {
 
     fn lid(index: u64) -> LogId {
         LogId::new(<crate::TypeConfig as RaftTypeConfig>::LeaderId::new_committed(2, 1), index)
+    }
+
+    /// walcheck tells a Raft log by these keys (`verifier::state::RAFT_META_KEYS`) and points
+    /// at `walraft-node check` instead of replaying Raft entries as apply-seam entries.
+    #[test]
+    fn walcheck_knows_the_raft_metadata_keys() {
+        for k in [LOG_KIND_META_KEY, VOTE_META_KEY, COMMITTED_META_KEY, PURGED_META_KEY] {
+            assert!(verifier::state::RAFT_META_KEYS.contains(&k), "{k:#x}");
+        }
     }
 
     #[test]

@@ -61,7 +61,7 @@ impl Fence {
             },
             None => String::new(),
         };
-        tracing::error!(node, "FENCED, no longer voting or serving: {why}{file}");
+        tracing::error!(node, "walraft-node {node}: FENCED, no longer voting or serving: {why}{file}");
     }
 }
 

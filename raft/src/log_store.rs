@@ -16,7 +16,7 @@
 //! A failed write or sync fences the writer (docs/invariants.md I6): every write not yet
 //! durable and every later one fails, and reads fail too.
 
-use crate::codec::{self, COMMITTED_META_KEY, PURGED_META_KEY, VOTE_META_KEY};
+use crate::codec::{self, COMMITTED_META_KEY, LOG_KIND, LOG_KIND_META_KEY, PURGED_META_KEY, VOTE_META_KEY};
 use crate::{Entry, LogId, TypeConfig, Vote};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
@@ -284,6 +284,10 @@ impl LogStore {
         // trust before the first append: check them here, and refuse a damaged log at the open
         // (wal's `Wal::check_records`: nothing to walk when the open walked everything).
         wal.check_records().map_err(io::Error::other)?;
+        if wal.meta(LOG_KIND_META_KEY) != Some(LOG_KIND) {
+            wal.set_meta(LOG_KIND_META_KEY, LOG_KIND).map_err(io::Error::other)?;
+            wal.sync().map_err(io::Error::other)?;
+        }
         let vote: Option<Vote> = codec::read_meta(VOTE_META_KEY, wal.meta(VOTE_META_KEY))?;
         let committed: Option<Option<LogId>> =
             codec::read_meta(COMMITTED_META_KEY, wal.meta(COMMITTED_META_KEY))?;

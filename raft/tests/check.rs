@@ -407,3 +407,28 @@ async fn forged_claims_are_not_counted_offline_or_at_restart() {
         ck.summary()
     );
 }
+
+/// Plain walcheck (its library: the CRC scan and the catalog replay) on a Raft log says it is
+/// one and names the tool that checks it, instead of calling Raft entries foreign to the apply
+/// seam (issue 28).
+#[tokio::test]
+async fn walcheck_on_a_raft_log_names_the_tool_that_checks_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = node(tmp.path(), &[(1, "a"), (1, "b"), (2, "c")]).await;
+    let spec = verifier::state::StateMachineSpec {
+        name: "catalog",
+        fresh: catalog::Catalog::new,
+        diff: |_, _, _| Vec::new(),
+    };
+    let report = verifier::state::verify_with_state(
+        &dir.join("log"),
+        false,
+        &verifier::state::StateOptions::default(),
+        &spec,
+        &mut |_| {},
+    );
+    assert_eq!(report.crc, wal::CrcVerdict::Ok);
+    let state = report.state.expect("a state verdict");
+    let text = format!("{:?}", state.verdict);
+    assert!(text.contains("a Raft log") && text.contains("walraft-node check"), "{text}");
+}

@@ -224,6 +224,12 @@ fn read_snapshot<S: StateMachine>(path: &Path) -> Result<(Applier<S>, SnapshotIn
 /// A log whose very first entry carries no apply-seam envelope, with no checkpoint before it,
 /// was not written through the pipeline: there is nothing to compare, which is not a
 /// divergence.
+/// The metadata keys `wal-raft` keeps in a Raft log (what the log is, its vote, committed id and
+/// purge point):
+/// a log holding one is checked by `walraft-node check`, not by replay through a state machine
+/// of the apply seam. `wal_raft::codec` holds them to this range (a test there).
+pub const RAFT_META_KEYS: std::ops::RangeInclusive<u32> = 0x5241_4600..=0x5241_46FF;
+
 fn not_seam_entries(d: &wal::state::Divergence, c: &CompareReport) -> bool {
     d.recorded.is_none()
         && c.entries_applied == 0
@@ -250,6 +256,12 @@ pub fn check_state<S: StateMachine>(
         Ok((w, _)) => w,
         Err(e) => return StateReport::not_checked(m, format!("not replayed: {e}")),
     };
+    if RAFT_META_KEYS.clone().any(|k| wal.meta(k).is_some()) {
+        return StateReport::not_checked(
+            m,
+            "not replayed: a Raft log written by wal-raft (its metadata says so): its entries are Raft entries, not the apply seam's; `walraft-node check` on the node's data directory (the one holding this log/ and sm/) replays it through the Raft state machine",
+        );
+    }
     let window = recorded_dedupe_window(wal.meta(DEDUPE_WINDOW_META_KEY)).unwrap_or(DEFAULT_DEDUPE_WINDOW);
     let mut report = StateReport::not_checked(m, "");
     report.dedupe_window = window;
@@ -459,6 +471,8 @@ impl<S: StateMachine> Fused<S> {
                     self.abandoned |= self.replayer.is_some() && w != self.window;
                     self.window = w;
                 }
+                // A Raft log: the separate check says so (`check_state`).
+                Ok((key, _)) if RAFT_META_KEYS.contains(&key) => self.abandoned = true,
                 Ok(_) => {}
                 Err(_) => self.abandoned = true,
             },

@@ -126,8 +126,9 @@ struct RunArgs {
     /// Initialize a fresh cluster of this node and its peers (harmless when initialized).
     #[arg(long)]
     initialize: bool,
-    /// Accept the test-only faults: the partition switch, altering the state in memory.
-    #[arg(long)]
+    /// Accept the test-only faults: the partition switch, altering the state in memory. Only in
+    /// a build made for tests (the `test-faults` feature); any other build refuses to start.
+    #[arg(long, hide = !cfg!(feature = "test-faults"))]
     allow_faults: bool,
     /// Test only (needs --allow-faults): openraft's leader restore back on, the unsafe
     /// configuration the double-kill test's negative control runs.
@@ -330,6 +331,12 @@ fn init_logging() {
 
 async fn run(a: RunArgs) -> i32 {
     init_logging();
+    if a.allow_faults && !cfg!(feature = "test-faults") {
+        eprintln!(
+            "walraft-node: --allow-faults: this build has no fault switches (they exist only in builds made for tests, with the test-faults feature)"
+        );
+        return i32::from(EXIT_USAGE);
+    }
     let peers: BTreeMap<u64, String> = a.peers.into_iter().collect();
     let mut cfg = NodeConfig::new(a.id, a.listen, peers, a.data);
     cfg.initialize = a.initialize;

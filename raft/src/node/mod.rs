@@ -51,7 +51,8 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Initialize a fresh cluster whose voters are this node and its peers.
     pub initialize: bool,
-    /// Accept the test-only partition switch.
+    /// Accept the test-only fault switches: the partition switch, altering the state in memory.
+    /// Honoured only in a build with the `test-faults` feature ([`NodeConfig::faults_allowed`]).
     pub allow_faults: bool,
     /// Test only, and only with `allow_faults`: turn openraft's leader restore back on (the
     /// unsafe configuration of issue 21, finding 1), so the double-kill test can show that it
@@ -80,6 +81,12 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// Whether the test-only fault switches are on: asked for, and compiled in (the
+    /// `test-faults` feature, which only the workspace's tests and examples enable).
+    pub fn faults_allowed(&self) -> bool {
+        cfg!(feature = "test-faults") && self.allow_faults
+    }
+
     /// Defaults for everything but identity, address, peers and data.
     pub fn new(id: u64, listen: String, peers: BTreeMap<u64, String>, data_dir: PathBuf) -> NodeConfig {
         NodeConfig {
@@ -118,7 +125,7 @@ impl NodeConfig {
             // in a new term. Its log may have lost entries it had already shipped (they are
             // served to followers before they are durable here); leading the same term again
             // would give their log ids to other entries. docs/replication-safety.md.
-            enable_leader_restore: Some(self.allow_faults && self.unsafe_leader_restore),
+            enable_leader_restore: Some(self.faults_allowed() && self.unsafe_leader_restore),
             ..Config::default()
         };
         c.validate().map(Arc::new).map_err(|e| io::Error::other(format!("raft config: {e}")))
@@ -228,7 +235,7 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         raft: raft.clone(),
         id: cfg.id,
         partition: partition.clone(),
-        allow_faults: cfg.allow_faults,
+        allow_faults: cfg.faults_allowed(),
         write_timeout: cfg.write_timeout,
         lease: Duration::from_millis(cfg.election_max_ms),
         contact: Default::default(),
