@@ -235,6 +235,12 @@ impl IoStatsHandle {
     pub fn get(&self) -> IoStats {
         self.0.stats()
     }
+
+    /// The log writer's own figures (counters and histograms, [`wal::Stats`]) that [`IoStats`]
+    /// summarizes: `syncs` and `sync_us` are its fsync latency histogram's count and sum.
+    pub fn wal_stats(&self) -> wal::Stats {
+        self.0.wal.stats()
+    }
 }
 
 /// A reader handle: shares the writer's queue, so it sees every entry appended before its read.

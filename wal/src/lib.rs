@@ -119,6 +119,8 @@ mod metrics;
 mod open;
 mod open_check;
 pub mod pipeline;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 mod recycle;
 mod replay;
 mod segment_read;

@@ -51,6 +51,18 @@ impl Histogram {
         self.max
     }
 
+    /// Every bucket in order, each as (its inclusive upper bound, how many values it holds):
+    /// bucket `i` holds the values up to `2^(i+1) - 1` that no earlier bucket holds (the first
+    /// also holds 0); the last one's bound is `None`, it holds everything larger (no upper
+    /// bound). The counts add up to [`Histogram::count`]. For an exporter (`wal::prometheus`
+    /// with the `prometheus` feature): these are the histogram's real bounds.
+    pub fn buckets(&self) -> impl Iterator<Item = (Option<u64>, u64)> + '_ {
+        self.counts.iter().enumerate().map(|(i, c)| {
+            let bound = if i + 1 < BUCKETS { Some((1u64 << (i + 1)) - 1) } else { None };
+            (bound, *c)
+        })
+    }
+
     /// The upper bound of the bucket holding the `q` quantile (0 < q <= 1), capped at the max.
     pub fn quantile(&self, q: f64) -> u64 {
         if self.total == 0 {
@@ -88,6 +100,8 @@ pub struct Stats {
     pub slow_syncs: u64,
     /// Entries per batch written.
     pub entries_per_batch: Histogram,
+    /// Payload bytes per batch written (the batch's entries' payloads, as `payload_bytes`).
+    pub bytes_per_batch: Histogram,
     /// How long each of those fdatasyncs took, in microseconds.
     pub sync_latency_us: Histogram,
     /// Entries queued and not yet resolved, when the snapshot was taken.
@@ -112,6 +126,7 @@ impl Metrics {
         s.batches_during_sync += u64::from(during_sync);
         s.batches_by_waiters += u64::from(by_waiter);
         s.entries_per_batch.record(entries as u64);
+        s.bytes_per_batch.record(bytes as u64);
     }
 
     /// Records one fdatasync; returns whether it was slow.
@@ -149,5 +164,30 @@ mod tests {
         assert_eq!(h.quantile(0.99), 100);
         h.record(0);
         assert_eq!(Histogram::default().quantile(0.5), 0);
+    }
+
+    /// Each value lands in the one bucket whose bounds hold it: above the previous bucket's
+    /// bound, at most its own (the last bucket unbounded).
+    #[test]
+    fn buckets_hold_exactly_the_values_their_bounds_say() {
+        let values = [0u64, 1, 2, 3, 4, 7, 8, 1000, 1023, 1024, (1 << 39) - 1, 1 << 39, u64::MAX];
+        for v in values {
+            let mut h = Histogram::default();
+            h.record(v);
+            let mut below = None;
+            let holding: Vec<(Option<u64>, Option<u64>)> = h
+                .buckets()
+                .filter_map(|(bound, c)| {
+                    let lower = below;
+                    below = bound;
+                    (c == 1).then_some((lower, bound))
+                })
+                .collect();
+            assert_eq!(holding.len(), 1, "{v}: {holding:?}");
+            let (lower, upper) = holding[0];
+            assert!(lower.is_none_or(|l| v > l) && upper.is_none_or(|u| v <= u), "{v}: {holding:?}");
+        }
+        assert_eq!(Histogram::default().buckets().count(), BUCKETS);
+        assert_eq!(Histogram::default().buckets().last(), Some((None, 0)));
     }
 }

@@ -157,6 +157,11 @@ struct RunArgs {
     /// request, or the log entry it would become) is answered REJECTED.
     #[arg(long, default_value_t = wal_raft::net::frame::MAX_FRAME_LEN)]
     max_frame_bytes: usize,
+    /// host:port to serve `GET /metrics` on (the Prometheus text format over plain HTTP: the
+    /// log writer's fsync and batch figures, the node's role, indexes, lag, claims). Not
+    /// served unless given.
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -350,6 +355,7 @@ async fn run(a: RunArgs) -> i32 {
     cfg.checkpoint_every = a.checkpoint_every;
     cfg.write_timeout = Duration::from_millis(a.write_timeout_ms);
     cfg.max_frame_bytes = a.max_frame_bytes;
+    cfg.metrics_listen = a.metrics_listen;
     let id = cfg.id;
     let data = cfg.data_dir.clone();
     if cfg.unsafe_leader_restore {
@@ -386,6 +392,9 @@ async fn run(a: RunArgs) -> i32 {
         }
     };
     out!("walraft-node {id}: listening on {} (state verdict at open: {:?})", node.addr, node.verdict);
+    if let Some(at) = node.metrics_addr {
+        out!("walraft-node {id}: metrics on http://{at}/metrics");
+    }
     // For operators and scripts: `kill $(cat DATA/node.pid)`. Removed at a clean stop; a node
     // killed with SIGKILL leaves it, and the next start replaces it.
     let pid_file = data.join(PID_FILE);

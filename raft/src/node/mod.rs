@@ -15,11 +15,14 @@
 //!    claim index and comparing the claims it applies (`crate::claims`; [`claims`] sends them);
 //!    `--initialize` makes the membership of every node named (this one and its peers) on a
 //!    fresh cluster (a no-op when already initialized).
-//! 5. Serve the port (see [`server`]).
+//! 5. Serve the port (see [`server`]), and `/metrics` on its own port when configured
+//!    ([`prometheus`], [`NodeConfig::metrics_listen`]; bound with the main port, before Raft
+//!    starts).
 
 pub mod claims;
 mod events;
 pub mod membership;
+pub mod prometheus;
 pub mod server;
 pub mod stall;
 
@@ -78,6 +81,9 @@ pub struct NodeConfig {
     /// so this bounds a message, not what can be replicated; a client's write that does not
     /// fit (its request, or the log entry it would become) is Rejected (`crate::net::limit`).
     pub max_frame_bytes: usize,
+    /// Where to serve `GET /metrics` (the Prometheus text format, [`prometheus`]) over plain
+    /// HTTP; `None` (the default): not served.
+    pub metrics_listen: Option<String>,
 }
 
 impl NodeConfig {
@@ -106,6 +112,7 @@ impl NodeConfig {
             write_timeout: Duration::from_secs(5),
             segment_len_bytes: 4 << 20,
             max_frame_bytes: crate::net::frame::MAX_FRAME_LEN,
+            metrics_listen: None,
         }
     }
 
@@ -154,7 +161,10 @@ pub struct RunningNode {
     pub verdict: StateVerdict,
     /// Set once this node fenced itself (`crate::fence`).
     pub fence: Fence,
+    /// Where `/metrics` is served, when it is ([`NodeConfig::metrics_listen`]).
+    pub metrics_addr: Option<SocketAddr>,
     server: tokio::task::JoinHandle<()>,
+    metrics: Option<tokio::task::JoinHandle<()>>,
     claimer: tokio::task::JoinHandle<()>,
     events: tokio::task::JoinHandle<()>,
 }
@@ -163,6 +173,9 @@ impl RunningNode {
     /// Stops serving and shuts openraft down (the log is closed when its store is dropped).
     pub async fn shutdown(self) -> io::Result<()> {
         self.server.abort();
+        if let Some(m) = &self.metrics {
+            m.abort();
+        }
         self.claimer.abort();
         self.events.abort();
         self.raft.shutdown().await.map_err(|e| io::Error::other(format!("shutdown: {e}")))
@@ -208,6 +221,15 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     let io_stats = log.io_stats_handle();
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
+    let metrics_listener = match &cfg.metrics_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("--metrics-listen {at}: {e}")))?,
+        ),
+        None => None,
+    };
+    let metrics_addr = metrics_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let partition = Partition::default();
     let max_frame = cfg.max_frame_bytes;
     if max_frame < crate::net::frame::MIN_FRAME_LEN {
@@ -247,14 +269,26 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         checkpoint_every: cfg.checkpoint_every,
     };
     let claimer = tokio::spawn(claims::run(raft.clone(), claims, claim_rx, partition, max_frame));
-    let server = tokio::spawn(server::serve(listener, Arc::new(ctx)));
+    let ctx = Arc::new(ctx);
+    let metrics = metrics_listener.map(|l| tokio::spawn(prometheus::serve(l, ctx.clone())));
+    let server = tokio::spawn(server::serve(listener, ctx));
     let events = tokio::spawn(events::watch(
         raft.clone(),
         cfg.id,
         Duration::from_millis(cfg.election_max_ms),
         addresses,
     ));
-    Ok(Started::Running(RunningNode { raft, addr, verdict, fence, server, claimer, events }))
+    Ok(Started::Running(RunningNode {
+        raft,
+        addr,
+        verdict,
+        fence,
+        metrics_addr,
+        server,
+        metrics,
+        claimer,
+        events,
+    }))
 }
 
 #[cfg(test)]

@@ -353,7 +353,8 @@ fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-async fn metrics(ctx: &Ctx) -> NodeMetrics {
+/// This node's view, as `Msg::Metrics` answers it (and `/metrics` exports it, `node/prometheus.rs`).
+pub(crate) async fn metrics(ctx: &Ctx) -> NodeMetrics {
     let m = ctx.raft.metrics().borrow_watched().clone();
     let applied = ctx
         .raft
