@@ -39,32 +39,6 @@ use crate::scan::{decode_in, DecodeFail, RawDamage, Window};
 use crate::stale::{is_blank, StaleTable};
 use zerocopy::FromBytes;
 
-/// Index of the first non-zero byte.
-pub fn first_nonzero(b: &[u8]) -> Option<usize> {
-    let mut at = 0;
-    for chunk in b.chunks(4096) {
-        if !is_zero(chunk) {
-            return chunk.iter().position(|&x| x != 0).map(|p| at + p);
-        }
-        at += chunk.len();
-    }
-    None
-}
-
-/// Index just past the last non-zero byte.
-pub fn end_of_nonzero(b: &[u8]) -> usize {
-    let mut end = b.len();
-    while end > 0 {
-        let start = end.saturating_sub(4096);
-        let chunk = b.get(start..end).unwrap_or_default();
-        if !is_zero(chunk) {
-            return start + chunk.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
-        }
-        end = start;
-    }
-    0
-}
-
 /// What one row of the decision table asks of one input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Match {

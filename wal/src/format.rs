@@ -141,10 +141,8 @@ impl SegmentHeader {
         self.reserved[0] & !SEGMENT_FLAG_RECYCLED == 0 && self.reserved[1..] == [0; 7]
     }
 
-    /// Where this segment's data must end.
-    pub fn data_limit(&self) -> usize {
-        crate::stale::data_limit(self.segment_len.get(), self.is_recycled())
-    }
+    // Where its data must end, `data_limit`, is in stale.rs, beside the stale table a recycled
+    // segment's data ends before.
 
     /// The seed of the segment's checksum chain: the `prev_crc` of its first record. It binds the
     /// chain to the log id, the segment sequence, the previous segment's last checksum and the first
@@ -441,6 +439,32 @@ pub fn is_zero(b: &[u8]) -> bool {
         }
     }
     blocks.remainder().iter().fold(0u8, |acc, &x| acc | x) == 0
+}
+
+/// Index of the first non-zero byte.
+pub fn first_nonzero(b: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    for chunk in b.chunks(4096) {
+        if !is_zero(chunk) {
+            return chunk.iter().position(|&x| x != 0).map(|p| at + p);
+        }
+        at += chunk.len();
+    }
+    None
+}
+
+/// Index just past the last non-zero byte.
+pub fn end_of_nonzero(b: &[u8]) -> usize {
+    let mut end = b.len();
+    while end > 0 {
+        let start = end.saturating_sub(4096);
+        let chunk = b.get(start..end).unwrap_or_default();
+        if !is_zero(chunk) {
+            return start + chunk.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
+        }
+        end = start;
+    }
+    0
 }
 
 #[cfg(test)]

@@ -266,7 +266,7 @@ fn cut_ranges(bytes: &[u8], from: usize, owner: crate::stale::Owner) -> Vec<(usi
     let header = SegmentHeader::self_valid(bytes);
     let table = scan::stale_of(bytes, header.as_ref(), owner).ok().flatten();
     let (Some(t), Some(len)) = (table, scan::segment_len_of(bytes.len())) else {
-        let end = from + scan::end_of_nonzero(bytes.get(from..).unwrap_or_default());
+        let end = from + end_of_nonzero(bytes.get(from..).unwrap_or_default());
         return if end > from { vec![(from, end)] } else { Vec::new() };
     };
     let (limit, slot) = (crate::stale::table_offset(len), crate::format::footer_offset(len));
@@ -276,6 +276,6 @@ fn cut_ranges(bytes: &[u8], from: usize, owner: crate::stale::Owner) -> Vec<(usi
     let data_end = crate::stale::end_of_nonblank(Some(&t), bytes.get(base..limit).unwrap_or_default(), base)
         .max(from.next_multiple_of(crate::format::SECTOR).min(limit));
     let slot_from = from.max(slot);
-    let slot_end = slot_from + scan::end_of_nonzero(bytes.get(slot_from..).unwrap_or_default());
+    let slot_end = slot_from + end_of_nonzero(bytes.get(slot_from..).unwrap_or_default());
     [(from, data_end), (slot_from, slot_end)].into_iter().filter(|(a, b)| b > a).collect()
 }

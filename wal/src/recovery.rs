@@ -5,7 +5,7 @@
 //! and walks the last one; a *full* scan walks every record of every segment (the verifier's).
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use crate::classify::{classify_in, SegmentBytes};
+use crate::classify::{classify, classify_in, SegmentBytes};
 use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
 use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Walked, Walker, Window};
@@ -213,7 +213,7 @@ fn spare_before_data(seq: u64) -> Damage {
 }
 
 fn classified(bytes: &[u8], segment: u64, r: &RawDamage, later: bool, stale: Option<&StaleTable>) -> Damage {
-    damage_of(scan::classify(bytes, r, later, stale), segment, r)
+    damage_of(classify(bytes, r, later, stale), segment, r)
 }
 
 /// Raw damage in `segment` with its verdict.

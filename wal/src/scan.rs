@@ -1436,5 +1436,3 @@ pub(crate) fn encode_state(l: &Logical, out: &mut Vec<u8>) {
         out.resize(out.len() + align_up(8 + v.len()) - 8 - v.len(), 0);
     }
 }
-
-pub use crate::classify::{classify, decide, end_of_nonzero, first_nonzero};

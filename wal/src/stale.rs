@@ -14,7 +14,9 @@
 //! segment where a zero check used to be.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use crate::format::{footer_offset, is_zero, FOOTER_SLOT_LEN, SECTOR};
+use crate::format::{
+    end_of_nonzero, first_nonzero, footer_offset, is_zero, SegmentHeader, FOOTER_SLOT_LEN, SECTOR,
+};
 use std::sync::Arc;
 
 /// Magic at the start of a stale table.
@@ -60,6 +62,13 @@ pub const fn data_limit(segment_len: u32, recycled: bool) -> usize {
         table_offset(segment_len)
     } else {
         footer_offset(segment_len)
+    }
+}
+
+impl SegmentHeader {
+    /// Where this segment's data must end.
+    pub fn data_limit(&self) -> usize {
+        data_limit(self.segment_len.get(), self.is_recycled())
     }
 }
 
@@ -160,7 +169,7 @@ pub fn is_blank(stale: Option<&StaleTable>, at: usize, bytes: &[u8]) -> bool {
 /// zero.
 pub fn first_nonblank(stale: Option<&StaleTable>, bytes: &[u8], base: usize) -> Option<usize> {
     let Some(t) = stale else {
-        return crate::classify::first_nonzero(bytes).map(|p| base + p);
+        return first_nonzero(bytes).map(|p| base + p);
     };
     bytes
         .chunks(SECTOR)
@@ -174,7 +183,7 @@ pub fn first_nonblank(stale: Option<&StaleTable>, bytes: &[u8], base: usize) -> 
 /// non-zero byte.
 pub fn end_of_nonblank(stale: Option<&StaleTable>, bytes: &[u8], base: usize) -> usize {
     let Some(t) = stale else {
-        return base + crate::classify::end_of_nonzero(bytes);
+        return base + end_of_nonzero(bytes);
     };
     let sectors = bytes.chunks(SECTOR).enumerate();
     sectors
