@@ -109,6 +109,7 @@ pub mod storage;
 mod storage;
 
 mod batch;
+mod close_state;
 mod control;
 mod crc;
 mod error;

@@ -1244,7 +1244,7 @@ impl Wal {
         }
         // The state at the close, so that the next open need not walk the segment for it.
         let st = self.storage.clone();
-        if let Err(e) = crate::lifecycle::write_close_state(&*st, seq, crc, &self.logical) {
+        if let Err(e) = crate::close_state::write_close_state(&*st, seq, crc, &self.logical) {
             let err = self.fail_io("writing wal.close", e);
             if !matches!(err, Error::DiskFull { .. }) {
                 return Err(err);

@@ -794,7 +794,7 @@ pub fn scan_log_with(
                 return None;
             }
             // Unreadable: walk the segment instead (the walk reads what it needs itself).
-            let l = crate::lifecycle::read_close_state(storage, seq, fh.crc.get()).ok().flatten()?;
+            let l = crate::close_state::read_close_state(storage, seq, fh.crc.get()).ok().flatten()?;
             (l.next_lsn == fh.lsn.get()).then_some(Logical { epoch: fh.epoch.get(), ..l })
         };
         // (A footer slot past the written end is zero: no footer, and nothing to read.)
@@ -927,7 +927,7 @@ fn check_close_file(storage: &dyn Storage, scan: &LogScan, meta: &MetaFile) -> R
     }
     let Some(walked) = scan.logical.as_ref() else { return Ok(None) };
     let bad = |w| Ok(Some(damage_at(CrcVerdict::Corrupt, DamageKind::BadCloseFile(w), 0, 0)));
-    match crate::lifecycle::read_close_state(storage, last.seq, footer.crc)? {
+    match crate::close_state::read_close_state(storage, last.seq, footer.crc)? {
         Some(l)
             if (l.next_lsn, l.first_lsn, &l.meta) == (walked.next_lsn, walked.first_lsn, &walked.meta) =>
         {
