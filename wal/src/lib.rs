@@ -118,11 +118,9 @@ mod log;
 mod log_files;
 mod metrics;
 mod open;
-mod open_check;
 pub mod pipeline;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
-mod recycle;
 mod replay;
 mod segment_read;
 pub mod state;

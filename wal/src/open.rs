@@ -5,8 +5,8 @@ use crate::batch::FRAME_LEN;
 use crate::error::{CrcVerdict, Error, Result};
 use crate::format::*;
 use crate::lifecycle::{cut_tail, init, sync_dir, sync_unsealed};
+use crate::log::open_check::Trust;
 use crate::log::{Active, Backend, OpenCheck, OpenReport, Options, Spare, Staged, Wal, STATE_MAX_LEN};
-use crate::open_check::Trust;
 use crate::recovery::{self, LogScan, RecoveryMode};
 use crate::scan::Logical;
 use crate::storage::{FileStorage, LockGuard, Storage};
@@ -141,7 +141,8 @@ impl Wal {
         let Some(meta) = scan.meta else {
             return Err(Error::NotFound("no wal.meta".into()));
         };
-        let pool = if opts.read_only { Vec::new() } else { crate::recycle::adopt(&*storage, &names, &opts)? };
+        let pool =
+            if opts.read_only { Vec::new() } else { crate::log::recycle::adopt(&*storage, &names, &opts)? };
         Wal::from_scan(storage, lock, opts, max_payload, meta, scan, pool).map(|w| (w, report))
     }
 

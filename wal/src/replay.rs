@@ -13,13 +13,13 @@ use crate::error::{CrcVerdict, Damage, Error, Result};
 use crate::format::{
     IndexPoint, Kind, SegmentHeader, FLAG_GROUP_CONT, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
-use crate::log::Checkpoint;
+use crate::log::recycle::{Pin, Pins};
+use crate::log::{Checkpoint, Wal};
 use crate::recovery::{map_segment, SegmentInfo};
-use crate::recycle::{Pin, Pins};
 use crate::scan::{RawDamage, Step, Walker};
 use crate::stale::StaleTable;
 use crate::storage::{Mapping, Storage};
-use crate::{Epoch, Lsn};
+use crate::{Durability, Epoch, Lsn};
 use std::sync::Arc;
 
 /// What a replayed item is.
@@ -85,7 +85,7 @@ pub struct Replay {
     cur: Option<Cur>,
     /// The handle's check, when this replay walks the whole log of a handle whose open took
     /// segments on trust: marked done when the replay reaches its end without damage.
-    pub(crate) credit: Option<Arc<crate::open_check::Trust>>,
+    pub(crate) credit: Option<Arc<crate::log::open_check::Trust>>,
 }
 
 impl std::fmt::Debug for Replay {
@@ -144,6 +144,29 @@ fn group_end(walker: &Walker, map: &[u8]) -> std::result::Result<u64, RawDamage>
             Step::End => return Ok(u64::MAX),
             Step::Damage(d) => return Err(d),
         }
+    }
+}
+
+impl Wal {
+    /// A replay of every live entry and checkpoint written so far (including written but not yet
+    /// durable batches, as an in-process Raft reader needs).
+    pub fn replay(&self) -> Result<Replay> {
+        self.replay_from(None, Durability::Written)
+    }
+
+    /// A replay from `from` (or the start) to the written or durable end.
+    pub fn replay_from(&self, from: Option<Lsn>, bound: Durability) -> Result<Replay> {
+        let end = match bound {
+            Durability::Written => self.written_end(),
+            Durability::Durable => self.durable_end,
+        };
+        // A replay of the whole log re-checks every record: it stands for the check when it ends
+        // cleanly. One from an LSN skips records, so it does not.
+        let credit = (from.is_none() && self.trust.unchecked()).then(|| self.trust.clone());
+        let mut r =
+            Replay::new(self.storage.clone(), self.pins.clone(), &self.segments, end, from.map(|l| l.0))?;
+        r.credit = credit;
+        Ok(r)
     }
 }
 

@@ -26,8 +26,8 @@
 //! does not count: the records it skipped were not checked. Read-only opens and
 //! [`crate::RecoveryMode::Salvage`] never write and are unaffected.
 
+use super::Wal;
 use crate::error::{Damage, Error, Result};
-use crate::log::Wal;
 use std::sync::{Arc, Mutex};
 
 /// When the records an open took on trust are checked (see the module docs).

@@ -19,9 +19,10 @@
 //!
 //! [`Options::recycle_segments`]: crate::Options::recycle_segments
 
+use super::options::Options;
+use super::Wal;
 use crate::error::{Error, Result};
 use crate::format::{parse_recycle_file_name, recycle_file_name, segment_file_name};
-use crate::log::{Options, Wal};
 use crate::recovery::SegmentInfo;
 use crate::stale::Owner;
 use crate::storage::{FileId, Storage};

@@ -1,0 +1,128 @@
+//! Writing the staged batch as one frame at a sector boundary (sequence, chain and checksums
+//! sealed now), the segment's counts and index after it; and withdrawing a batch whose write
+//! ran out of space, which leaves the log usable.
+
+use super::{Staged, Wal};
+use crate::batch::{merge_counts, seal_batch, Frame};
+use crate::error::{Error, Result};
+use crate::format::*;
+use crate::recovery::SegmentInfo;
+use crate::scan::Counts;
+use crate::storage::{self, FileId, Op};
+use zerocopy::little_endian::U64;
+
+impl Wal {
+    /// Writes the staged batch as one frame (handed to the OS, not synced).
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_writable(None)?;
+        if !self.staged.open {
+            return Ok(());
+        }
+        if self.staged.records == 0 {
+            // Only a frame placeholder was staged.
+            self.staged.buf.clear();
+            self.staged.open = false;
+            return Ok(());
+        }
+        let Some(a) = self.active.as_ref() else {
+            return Err(Error::InvalidArgument("staged records without an active segment".into()));
+        };
+        let (file, write_off, seg_seq, header) = (a.file, a.write_off, a.seq, a.header);
+        let mut buf = std::mem::take(&mut self.staged.buf);
+        let frame_at = self.staged.frame_at;
+        // A segment's first record links to the segment's chain seed, not to the previous record.
+        let prev = if write_off == 0 { header.chain_seed() } else { self.last_crc };
+        let frame = Frame {
+            at: frame_at,
+            lsn: self.staged.frame_lsn,
+            epoch: self.staged.frame_epoch,
+            records: self.staged.records,
+        };
+        let (seq_after, crc_after) = seal_batch(&mut buf, &frame, self.next_seq, prev, self.durable_seq);
+        let len = buf.len() as u64;
+        if header.is_recycled() {
+            // Whole sectors: the padding to the next batch is written, not left to the file's
+            // old bytes, which here are not zero (FORMAT.md section 2.2). A new file's are.
+            buf.resize(buf.len().next_multiple_of(SECTOR), 0);
+        }
+        self.token += 1;
+        let returned = match storage::complete_keeping(
+            &*self.storage,
+            self.token,
+            Op::Write { file, offset: write_off, data: buf },
+            &mut self.pipe.stash,
+        ) {
+            Ok((_, b)) => b,
+            Err(e) => return Err(self.withdraw(e, file, write_off, len)),
+        };
+        let s = std::mem::take(&mut self.staged);
+        self.staged.buf = returned
+            .map(|mut b| {
+                b.clear();
+                b
+            })
+            .unwrap_or_default();
+        debug_assert!(seq_after > self.next_seq, "a written batch moved the record sequence back");
+        self.next_seq = seq_after;
+        self.last_crc = crc_after;
+        self.written_seq = seq_after - 1;
+        self.written_logical = self.logical.clone();
+        let frame_off = write_off + frame_at as u64;
+        let a = self.active.as_mut().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
+        // The next batch starts on a sector boundary (FORMAT.md: batches never share a sector).
+        let data_end = write_off + len;
+        a.write_off = data_end.next_multiple_of(SECTOR as u64);
+        a.batches += 1;
+        if s.counts.cuts > 0 || a.index_stride == 0 {
+            // Seeking by index assumes LSNs grow within the segment; a cut ends that.
+            a.index.clear();
+            a.index_stride = 0;
+        } else if a.batches % a.index_stride == 0 {
+            a.index.push(IndexPoint { lsn: U64::new(s.frame_lsn), offset: U64::new(frame_off) });
+            if a.index.len() > MAX_INDEX_POINTS {
+                a.index = a.index.iter().skip(1).step_by(2).copied().collect();
+                a.index_stride *= 2;
+            }
+        }
+        if self.segments.last().is_none_or(|l| l.seq != seg_seq) {
+            self.segments.push(SegmentInfo {
+                seq: seg_seq,
+                header,
+                footer: None,
+                counts: Counts { min_keep_lt: u64::MAX, ..Counts::default() },
+                data_end: 0,
+            });
+        }
+        if let Some(info) = self.segments.last_mut() {
+            merge_counts(&mut info.counts, &s.counts, 1 + s.records);
+            info.data_end = data_end;
+        }
+        Ok(())
+    }
+
+    /// A batch write failed. Disk full: zero whatever of it reached the file, sync, forget the
+    /// batch (its LSNs are free again) and stay usable. Anything else poisons the log.
+    fn withdraw(&mut self, e: std::io::Error, file: FileId, off: u64, len: u64) -> Error {
+        let err = self.fail_io("writing a batch", e);
+        if !matches!(err, Error::DiskFull { .. }) {
+            return err;
+        }
+        // The zeroing below syncs: the sync in flight completes first (one at a time).
+        if let Err(e) = self.settle() {
+            return e;
+        }
+        let zeroed = self
+            .run(Op::Write { file, offset: off, data: vec![0; len as usize] })
+            .and_then(|_| self.run(Op::SyncData { file }));
+        if let Err(e2) = zeroed {
+            self.fenced = Some(format!("withdrawing a batch after disk full failed: {e2}"));
+        }
+        self.logical = self.written_logical.clone();
+        self.staged = Staged::default();
+        if off == 0 {
+            // The batch carried the segment header: the file is a spare again.
+            self.active_back_to_spares();
+        }
+        err
+    }
+}

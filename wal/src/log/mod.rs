@@ -1,0 +1,248 @@
+//! The log handle: open and recovery, the synchronous append path, rotation and sealing,
+//! logical truncation, prefix purge and clean close.
+//!
+//! Appends are *staged* into one batch buffer (no I/O); [`Wal::flush`] writes the batch as one
+//! frame (handed to the OS, visible to in-process readers) and [`Wal::sync`] flushes and then
+//! runs a real fdatasync whenever unsynced bytes exist. A failed write or sync poisons the handle
+//! (docs/invariants.md I6); disk full withdraws the unsynced batch and leaves the log usable.
+//!
+//! The I/O thread also *pipelines*: it submits an fdatasync over every batch written so far
+//! (`start_sync`) and writes the next batches while it is in flight; `poll_sync` takes its
+//! completion. At most one sync is in flight; it covers exactly the batches whose writes had
+//! completed in full when it was submitted, and only its successful completion moves the durable
+//! watermark (`durable_seq`, the durable LSN and replay end) to what it covered, so the
+//! watermark advances over contiguous successful syncs and only grows. A frame records the
+//! watermark as it is when the frame is written, so its `durable_seq` names only completed syncs.
+//! Anything else that syncs or writes outside the append path (rotation, close, purge, a
+//! withdrawal after disk full) first waits for the sync in flight.
+//!
+//! The handle's methods are in one file per part of its work; this one holds the handle, what
+//! its callers pass and get back, and the queries on its state:
+//!
+//! - `options.rs`: how to open a log ([`Options`], [`Backend`], [`SegmentFill`]);
+//! - `staging.rs`: the appends and other records staged into the next batch, and the checks
+//!   every write makes first;
+//! - `segments.rs`: a segment's life: activated (a spare, a recycled file or a new one),
+//!   prepared ahead on a helper thread, sealed with its footer;
+//! - `durability.rs`: syncs, pipelined or not, and the durable watermark they move; a failed
+//!   sync fences the log;
+//! - `flush.rs`: writing the staged batch, and withdrawing it after disk full;
+//! - `close.rs`: the clean close and the prefix purge, the two changes `wal.meta` records;
+//! - `open_check.rs`: what an open takes on trust, and the check before the first write;
+//! - `recycle.rs`: purged segment files set aside and made into later segments.
+//!
+//! Opening is `open.rs`, and the replay a handle hands out is `replay.rs`.
+
+mod close;
+mod durability;
+mod flush;
+pub(crate) mod open_check;
+mod options;
+pub(crate) mod recycle;
+mod segments;
+mod staging;
+
+pub use close::PurgeReport;
+pub(crate) use durability::Pipelined;
+pub use open_check::OpenCheck;
+pub use options::{Backend, Options, SegmentFill, RESERVE_BYTES_PER_SYNC};
+pub(crate) use segments::{Active, Spare};
+pub(crate) use staging::Staged;
+
+use crate::error::{CrcVerdict, Damage};
+use crate::format::*;
+use crate::recovery::SegmentInfo;
+use crate::scan::Logical;
+use crate::storage::{LockGuard, Storage};
+use crate::{Epoch, Lsn};
+use open_check::Trust;
+use std::sync::Arc;
+
+/// The largest State record (all metadata keys at their largest values).
+pub(crate) const STATE_MAX_LEN: usize =
+    RECORD_HEADER_LEN + STATE_FIXED_LEN + MAX_META_KEYS * (8 + MAX_META_VALUE_LEN);
+
+/// What an open found and did.
+#[derive(Clone, Debug)]
+pub struct OpenReport {
+    /// The verdict of the scan before any repair.
+    pub verdict: CrcVerdict,
+    /// The damage the scan found, before any repair: a torn tail that was then cut, or what a
+    /// [`RecoveryMode::Salvage`](crate::RecoveryMode::Salvage) open stops at. `None` when the verdict is OK.
+    pub damage: Option<Damage>,
+    /// A torn tail that was cut: (segment, offset, bytes zeroed).
+    pub cut: Option<(u64, u64, u64)>,
+    /// How many segment files holding records the open's scan found (from the purge floor).
+    pub segments: usize,
+    /// How many records the open's scan walked: only the last segment's unless
+    /// [`OpenCheck::AtOpen`] asked for every record (none when `wal.close` was taken).
+    pub records_walked: u64,
+    /// Segment files below the purge floor that were removed.
+    pub leftovers_removed: Vec<u64>,
+    /// Whether this open created the log (the directory held none and `Options::create` was
+    /// set).
+    pub created: bool,
+    /// The backend in use: "io_uring", "portable", or "custom" for `open_with`.
+    pub backend: &'static str,
+}
+
+/// A checkpoint: the online state digest after applying every entry up to an LSN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The state digest (FORMAT.md section 10.2).
+    pub digest: [u8; 32],
+    /// How many entities the state holds.
+    pub entity_count: u64,
+    /// The version of the digest's definition (1 for FORMAT.md section 10.2).
+    pub digest_version: u32,
+    /// The state machine's version: which apply semantics produced the state.
+    pub state_machine_version: u32,
+}
+
+impl Checkpoint {
+    /// The checkpoint a `Checkpoint` record's payload holds (FORMAT.md), or `None` if the
+    /// payload is not one.
+    pub fn from_record_payload(payload: &[u8]) -> Option<Checkpoint> {
+        use zerocopy::FromBytes;
+        let p = crate::format::CheckpointPayload::read_from_bytes(payload).ok()?;
+        Some(Checkpoint {
+            digest: p.digest,
+            entity_count: p.entity_count.get(),
+            digest_version: p.digest_version.get(),
+            state_machine_version: p.state_machine_version.get(),
+        })
+    }
+}
+
+/// A write-ahead log (synchronous handle).
+pub struct Wal {
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) _lock: LockGuard,
+    pub(crate) opts: Options,
+    pub(crate) max_payload: u32,
+    pub(crate) meta: MetaFile,
+    pub(crate) segments: Vec<SegmentInfo>,
+    pub(crate) active: Option<Active>,
+    pub(crate) spares: Vec<Spare>,
+    /// Purged segment files set aside for reuse, by the sequence they had, ascending.
+    pub(crate) pool: Vec<u64>,
+    /// The segments that replays of this process have mapped (never overwritten meanwhile).
+    pub(crate) pins: Arc<recycle::Pins>,
+    pub(crate) next_seq: u64,
+    pub(crate) last_crc: u32,
+    /// After staged records.
+    pub(crate) logical: Logical,
+    /// After written records (restored when a batch is withdrawn).
+    pub(crate) written_logical: Logical,
+    pub(crate) durable_logical: Logical,
+    pub(crate) written_seq: u64,
+    pub(crate) durable_seq: u64,
+    /// (segment, offset) just past the last durable batch.
+    pub(crate) durable_end: Option<(u64, u64)>,
+    pub(crate) staged: Staged,
+    pub(crate) fenced: Option<String>,
+    /// The next segment being prepared on a helper thread.
+    /// (Its result: whether the file was made of a recycled one.)
+    pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<bool>>)>,
+    /// Syncs that an acknowledgement waited for (`Wal::sync`, or a pipelined sync covering a
+    /// durable entry) since the active segment was activated; `None` before the first
+    /// activation of this process (nothing to judge the next segment's fill on).
+    pub(crate) syncs_in_segment: Option<u64>,
+    /// Whether new segment files are reserved rather than written (see [`SegmentFill`]).
+    pub(crate) reserve_segments: bool,
+    pub(crate) token: u64,
+    pub(crate) closed: bool,
+    pub(crate) pipe: Pipelined,
+    /// Whether the records the open took on trust were checked (`open_check.rs`).
+    pub(crate) trust: Arc<Trust>,
+    /// The next segment to prepare once they were (preparing creates a file: not before).
+    pub(crate) deferred_prepare: Option<u64>,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("segments", &self.segments.len())
+            .field("next_lsn", &self.logical.next_lsn)
+            .field("durable_seq", &self.durable_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Wal {
+    /// The LSN the next entry takes.
+    pub fn next_lsn(&self) -> Lsn {
+        Lsn(self.logical.next_lsn)
+    }
+
+    /// The lowest live LSN, if the log holds live entries (purged segments still count).
+    pub fn first_lsn(&self) -> Option<Lsn> {
+        self.logical.first_lsn.map(Lsn)
+    }
+
+    /// The last LSN that is durable (its batch synced), if any entry is.
+    pub fn durable_lsn(&self) -> Option<Lsn> {
+        let l = &self.durable_logical;
+        l.first_lsn.map(|_| Lsn(l.next_lsn - 1))
+    }
+
+    /// The last LSN written to the OS (visible to in-process readers), if any.
+    pub fn written_lsn(&self) -> Option<Lsn> {
+        let l = &self.written_logical;
+        l.first_lsn.map(|_| Lsn(l.next_lsn - 1))
+    }
+
+    /// Whether segments were ever purged from the front of the log (the purge floor is past the
+    /// first segment): replay from here alone no longer sees the log's whole history.
+    pub fn prefix_purged(&self) -> bool {
+        self.meta.floor_segment_seq.get() > 1
+    }
+
+    /// The log's random identity (in every segment header and snapshot).
+    pub fn log_id(&self) -> [u8; 16] {
+        self.meta.log_id
+    }
+
+    /// The writer epoch in force (one raised by [`Wal::advance_epoch`] counts at once).
+    pub fn epoch(&self) -> Epoch {
+        Epoch(self.logical.epoch)
+    }
+
+    /// The last value recorded for a metadata key ([`Wal::set_meta`]), or `None` if the key
+    /// was never set.
+    pub fn meta(&self, key: u32) -> Option<&[u8]> {
+        self.logical.meta.get(&key).map(Vec::as_slice)
+    }
+
+    /// The metadata keys set so far.
+    pub(crate) fn meta_keys(&self) -> Vec<u32> {
+        self.logical.meta.keys().copied().collect()
+    }
+
+    /// The largest payload this log accepts, in bytes: `Options::max_payload_bytes`, or the
+    /// most a segment holds (at most 16 MiB) when that is `None`.
+    pub fn max_payload_bytes(&self) -> u32 {
+        self.max_payload
+    }
+
+    /// Segment files holding records (from the purge floor).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Whether a failed write or sync fenced the log: it then accepts nothing until it is
+    /// reopened ([`Error::Fenced`](crate::Error::Fenced)).
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.is_some()
+    }
+
+    /// The storage backend the log reads and writes through.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// (segment, offset) just past the last written batch.
+    pub(crate) fn written_end(&self) -> Option<(u64, u64)> {
+        self.segments.last().map(|s| (s.seq, s.data_end))
+    }
+}

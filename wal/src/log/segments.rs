@@ -1,0 +1,250 @@
+//! A segment's life on the writer's side: activated (a prepared spare, a recycled file or a new
+//! one, within the size budget, zeros written or reserved), the next one prepared ahead on a
+//! helper thread, and sealed: its data synced, then its footer written and synced.
+
+use super::options::{SegmentFill, RESERVE_BYTES_PER_SYNC};
+use super::Wal;
+use crate::batch;
+use crate::error::{Error, Result};
+use crate::format::*;
+use crate::scan::{self, FooterInfo};
+use crate::storage::{FileId, Op};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::IntoBytes;
+
+/// A pre-created segment file after the last one holding records, which never took a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Spare {
+    pub(crate) seq: u64,
+    /// Made of a recycled file: the header it gets must say so (FORMAT.md section 2.2).
+    pub(crate) recycled: bool,
+}
+
+/// The segment being appended to.
+#[derive(Debug)]
+pub(crate) struct Active {
+    pub(crate) seq: u64,
+    pub(crate) header: SegmentHeader,
+    pub(crate) file: FileId,
+    /// Bytes written into the file (the next batch goes here).
+    pub(crate) write_off: u64,
+    pub(crate) index: Vec<IndexPoint>,
+    pub(crate) index_stride: u32,
+    pub(crate) batches: u32,
+}
+
+impl Wal {
+    /// Makes the next segment the active one: a zero-filled file made durable in the directory,
+    /// and a staged first batch holding the segment header and the log's state.
+    pub(super) fn activate(&mut self) -> Result<()> {
+        debug_assert!(self.active.is_none() && !self.staged.open);
+        let seq = self.segments.last().map_or(self.meta.floor_segment_seq.get(), |s| s.seq + 1);
+        let seg_len = self.opts.segment_len_bytes;
+        let name = segment_file_name(seq);
+        self.choose_fill();
+        self.finish_preparing(Some(seq));
+        let spare = self.spares.iter().find(|s| s.seq == seq).copied();
+        let (file, recycled) = if let Some(spare) = spare {
+            let f =
+                self.storage.open(&name, false).map_err(|e| self.fail_io("opening a spare segment", e))?;
+            let len = self.storage.len(f).map_err(|e| self.fail_io("sizing a spare segment", e))?;
+            if len != u64::from(seg_len) {
+                self.storage.close(f);
+                self.storage.remove(&name).map_err(|e| self.fail_io("replacing a spare segment", e))?;
+                (self.create_segment(&name, seg_len)?, false)
+            } else {
+                (f, spare.recycled)
+            }
+        } else if let Some(f) = self.recycle_into(seq, seg_len)? {
+            (f, true)
+        } else {
+            self.check_budget("a new segment")?;
+            (self.create_segment(&name, seg_len)?, false)
+        };
+        self.spares.retain(|s| s.seq != seq);
+        let mut header = SegmentHeader::new(self.meta.log_id, seg_len, seq, self.next_seq, self.last_crc);
+        if recycled {
+            header = header.recycled();
+        }
+        self.staged.buf.clear();
+        self.staged.buf.extend_from_slice(header.as_bytes());
+        self.active =
+            Some(Active { seq, header, file, write_off: 0, index: Vec::new(), index_stride: 1, batches: 0 });
+        self.prepare_next(seq + 1);
+        self.open_frame();
+        let mut state = Vec::new();
+        scan::encode_state(&self.logical, &mut state);
+        let lsn = self.logical.next_lsn;
+        self.stage(Kind::State, 0, lsn, &state);
+        Ok(())
+    }
+
+    /// The active segment took no record after all: its file is a spare again.
+    pub(super) fn active_back_to_spares(&mut self) {
+        if let Some(a) = self.active.take() {
+            self.storage.close(a.file);
+            self.spares.push(Spare { seq: a.seq, recycled: a.header.is_recycled() });
+        }
+    }
+
+    /// Segment files on disk: the ones holding records, the active one, spares.
+    fn segment_files(&self) -> u64 {
+        let active_unlisted =
+            self.active.as_ref().is_some_and(|a| self.segments.last().map(|s| s.seq) != Some(a.seq));
+        (self.segments.len() + self.spares.len() + self.pool.len() + usize::from(active_unlisted)) as u64
+    }
+
+    /// Refuses one more segment file beyond the size budget.
+    fn check_budget(&self, what: &str) -> Result<()> {
+        let Some(budget) = self.opts.max_log_bytes else { return Ok(()) };
+        let need = (self.segment_files() + 1) * u64::from(self.opts.segment_len_bytes);
+        if need > budget {
+            return Err(Error::DiskFull {
+                context: format!(
+                    "creating {what}: the log's size budget of {budget} bytes would be exceeded ({need})"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Decides, at an activation, how the next segment files get their zeros: on the
+    /// segment just sealed, by how many syncs someone waited for while it took its bytes (the
+    /// seal's own syncs and the syncs that only bound `Written` entries do not count).
+    fn choose_fill(&mut self) {
+        let last = self.syncs_in_segment.replace(0);
+        self.reserve_segments = match self.opts.segment_fill {
+            SegmentFill::Zeros => false,
+            SegmentFill::Reserved => true,
+            SegmentFill::Adaptive => last.is_some_and(|syncs| {
+                syncs * RESERVE_BYTES_PER_SYNC <= u64::from(self.opts.segment_len_bytes)
+            }),
+        };
+    }
+
+    fn create_segment(&mut self, name: &str, len: u32) -> Result<FileId> {
+        let st = self.storage.clone();
+        let r = if self.reserve_segments {
+            st.prepare_file_reserved(name, len.into())
+        } else {
+            st.prepare_file(name, len.into())
+        };
+        r.map_err(|e| self.fail_io(format!("preparing {name}"), e))?;
+        st.open(name, false).map_err(|e| self.fail_io(format!("opening {name}"), e))
+    }
+
+    /// Prepares segment `seq` (zero-filled, synced, durable in the directory) on a helper thread,
+    /// so the rotation that needs it does not wait for it.
+    pub(crate) fn prepare_next(&mut self, seq: u64) {
+        if !self.opts.prepare_in_background
+            || self.spares.iter().any(|s| s.seq == seq)
+            || self.preparing.is_some()
+        {
+            return;
+        }
+        // A set-aside file, or a new one within the budget.
+        let source = self.take_recyclable();
+        if source.is_none() && self.check_budget("a spare segment").is_err() {
+            return;
+        }
+        let (st, name, len) =
+            (self.storage.clone(), segment_file_name(seq), u64::from(self.opts.segment_len_bytes));
+        let reserve = self.reserve_segments;
+        let owner = crate::stale::Owner { log_id: self.meta.log_id, segment_seq: seq };
+        let spawned = std::thread::Builder::new().name("wal-prepare".into()).spawn(move || {
+            // Ok(true): made of a recycled file.
+            if source.is_some_and(|old| super::recycle::recycle(&*st, old, &name, len, owner)) {
+                return Ok(true);
+            }
+            if reserve {
+                st.prepare_file_reserved(&name, len).map(|()| false)
+            } else {
+                st.prepare_file(&name, len).map(|()| false)
+            }
+        });
+        // If no thread can be started, the rotation prepares the segment itself.
+        if let Ok(h) = spawned {
+            self.preparing = Some((seq, h));
+        }
+    }
+
+    /// Waits for a background preparation; a prepared `seq` becomes a spare. A failed one is
+    /// forgotten: the rotation prepares the segment itself and reports its own error.
+    pub(super) fn finish_preparing(&mut self, seq: Option<u64>) {
+        if let Some((s, h)) = self.preparing.take() {
+            let done = match h.join() {
+                Ok(Ok(recycled)) => Some(recycled),
+                _ => None,
+            };
+            if let (Some(recycled), true) = (done, Some(s) == seq) {
+                self.spares.push(Spare { seq: s, recycled });
+            }
+        }
+    }
+
+    /// Seals the active segment: its data durable, then its footer written and synced. A later
+    /// segment only takes records after this, which is what lets a valid later segment attest
+    /// every byte of this one.
+    pub(super) fn seal_active(&mut self) -> Result<()> {
+        self.flush()?;
+        self.sync_written()?;
+        let Some(a) = self.active.as_ref() else {
+            return Ok(());
+        };
+        let (file, seq, index, header_len) = (a.file, a.seq, a.index.clone(), a.header.segment_len.get());
+        let Some(info) = self.segments.last().filter(|s| s.seq == seq) else {
+            // Nothing was ever written into it: leave it as a spare.
+            self.active_back_to_spares();
+            return Ok(());
+        };
+        let c = &info.counts;
+        let fp = FooterPayload {
+            durable_seq: U64::new(self.next_seq - 1),
+            data_end: U64::new(info.data_end),
+            record_count: U32::new(c.records),
+            entry_count: U32::new(c.entries),
+            min_lsn: U64::new(c.min_lsn),
+            max_lsn: U64::new(c.max_lsn),
+            min_keep_lt: U64::new(c.min_keep_lt),
+            cut_count: U32::new(c.cuts),
+            index_count: U32::new(index.len() as u32),
+        };
+        let mut payload = fp.as_bytes().to_vec();
+        for p in &index {
+            payload.extend_from_slice(p.as_bytes());
+        }
+        let h = batch::header(Kind::Footer, 0, payload.len(), self.logical.next_lsn, self.logical.epoch);
+        let mut rec = Vec::with_capacity(record_len(payload.len()));
+        let footer_crc = batch::encode_record(h, self.next_seq, self.last_crc, &payload, &mut rec);
+        let at = footer_offset(header_len) as u64;
+        let r =
+            self.run(Op::Write { file, offset: at, data: rec }).and_then(|_| self.run(Op::SyncData { file }));
+        if let Err(e) = r {
+            let err = self.fail_io("writing a footer", e);
+            if self.fenced.is_none() {
+                // A footer that may be half on disk cannot be withdrawn like a batch.
+                self.fenced = Some(err.to_string());
+            }
+            return Err(err);
+        }
+        let footer = FooterInfo { payload: fp, index, seq: self.next_seq, crc: footer_crc };
+        self.next_seq += 1;
+        self.last_crc = footer_crc;
+        self.written_seq = self.next_seq - 1;
+        self.durable_seq = self.written_seq;
+        if let Some(last) = self.segments.last_mut() {
+            last.footer = Some(footer);
+        }
+        self.durable_end = self.written_end();
+        if let Some(a) = self.active.take() {
+            self.storage.close(a.file);
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment now (the next append starts a new one).
+    pub fn rotate(&mut self) -> Result<()> {
+        self.check_writable(None)?;
+        self.seal_active()
+    }
+}
