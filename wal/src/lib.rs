@@ -110,7 +110,6 @@ mod storage;
 
 mod batch;
 mod close_state;
-mod control;
 mod crc;
 mod error;
 mod io_thread;

@@ -165,7 +165,7 @@ mod loom_tests {
         });
     }
 
-    /// The submit side's state (`io_thread::Submit`): the queue and the `quiet` flag.
+    /// The submit side's state (`io_thread::queue::Submit`): the queue and the `quiet` flag.
     #[derive(Default)]
     struct Submit {
         queue: Vec<u32>,

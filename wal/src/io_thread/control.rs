@@ -7,9 +7,9 @@
 //! writer thread compares the log's position after each operation with the one promised here,
 //! and fences the log if they ever differ (a bug, never a quiet misplacement).
 
+use super::Payload;
 use crate::error::{Error, Result};
 use crate::format::{MAX_META_KEYS, MAX_META_VALUE_LEN};
-use crate::io_thread::Payload;
 use crate::log::Wal;
 use crate::Epoch;
 

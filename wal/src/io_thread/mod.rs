@@ -1,0 +1,168 @@
+//! The I/O thread (issue 3): callers append without touching the disk; one thread turns whatever
+//! is queued into batches, writes them, keeps one fdatasync in flight while it writes the next
+//! ones, and resolves each caller's [`Ticket`].
+//!
+//! - `append` checks the writer epoch and the size, assigns the LSN and enqueues in one step
+//!   under one lock, so a Rejected append never consumes an LSN and the queue order is the LSN
+//!   order. The queue is bounded in entries and bytes; a full queue waits or answers
+//!   [`Error::Busy`] at once, as the caller chose.
+//! - Every other operation of the synchronous handle runs here too, with the same arguments:
+//!   [`AsyncWal::append_at`], [`AsyncWal::truncate_after`], [`AsyncWal::reset`],
+//!   [`AsyncWal::set_meta`], [`AsyncWal::advance_epoch`], [`AsyncWal::checkpoint`],
+//!   [`AsyncWal::purge_before`] and [`AsyncWal::replay_from`]. Each is checked and placed at
+//!   submission against the submit side's copy of the log's position (`control.rs`), in queue
+//!   order with the appends, and its ticket resolves when it is durable.
+//! - [`AsyncWal::append_untracked`] is the same step for an entry nobody will wait on: the
+//!   caller's slice is copied into a buffer from a pool the I/O thread refills, no ticket is
+//!   made and nothing is resolved for it, so a steady stream allocates nothing per entry. A
+//!   refusal is still an error at once; an untracked entry the log would have to give up later
+//!   (disk full) fences the log instead, since nobody could hear a Rejected.
+//! - The thread drains the queue, stages every entry and writes the batch; tickets asking for
+//!   [`Durability::Written`] get their first resolution here. When no sync is in flight and one
+//!   is due, it submits an fdatasync covering every batch written so far and goes on: appends
+//!   that arrive meanwhile are written while the sync runs (on io_uring, or on the portable
+//!   backend's sync thread) once [`AsyncOptions::overlap_write_bytes`] of them wait, or else as
+//!   soon as it completes, and the next sync starts right after. A ticket resolves
+//!   durable only after a sync that was submitted after its batch's write had completed in full,
+//!   itself completed (docs/invariants.md I3); every Written ticket later gets that second, final
+//!   resolution too.
+//! - A sync is due at once for a batch holding a [`Durability::Durable`] entry (or a checkpoint),
+//!   and for batches of Written entries only after [`AsyncOptions::written_sync_delay`], after
+//!   [`AsyncOptions::written_sync_bytes`], when the queue is half full, or at close: the thread
+//!   sleeps with that deadline as its timeout, so the sync comes without any further append.
+//! - The thread sleeps in [`Storage::wait`](crate::storage::Storage::wait): on io_uring in the
+//!   ring, for a completion or a byte on the bell's pipe; elsewhere on the bell, which appends and
+//!   completions ring. No spinning, no sleep-polling.
+//! - Its state sits under an engine lock it holds while it works and lets go while it sleeps.
+//!   A caller of [`AsyncWal::append_wait`] that finds the lock free runs the same round on its
+//!   own thread (its entry then pays no wake-up of the I/O thread and no wake-up back), and
+//!   rings the bell on leaving if anything is left; a caller that does not find it free falls
+//!   back to enqueue-and-wait.
+//! - A failed write or sync fences the log (I6): every pending ticket resolves
+//!   [`Failure::Indeterminate`] (also those written behind a sync in flight), every later append
+//!   is refused, nothing is retried. A panic on the thread does the same: a ticket dropped
+//!   unresolved resolves Indeterminate, so nothing waits forever.
+//! - Disk full when a new segment is needed, or when a batch write runs out of space (the log
+//!   withdraws it on disk), is not a fence: what was written before it stays, the entries never
+//!   written and everything queued after them resolve [`Failure::Rejected`], the next LSN is the
+//!   log's again, and the log stays usable.
+//!
+//! One side of it per file; this one holds what a caller configures and passes ([`AsyncOptions`],
+//! [`WhenFull`], [`Payload`]):
+//!
+//! - `submit.rs`: [`AsyncWal`], the submit side: checks, LSNs, the bounded queue, tickets;
+//! - `control.rs`: the operations other than a plain append, and the submit side's copy of the
+//!   log's position that checks and places them;
+//! - `queue.rs`: what the two sides share: the requests, the queue's accounting under the submit
+//!   lock, a ticket's slot on the thread's side;
+//! - `engine.rs`: the I/O thread's state under the engine lock, its loop, and its rounds:
+//!   writing batches, starting and collecting syncs, resolving tickets, sleeping;
+//! - `requests.rs`: the requests a round takes from the queue, staged into the log;
+//! - `fence.rs`: how the thread stops: fencing, withdrawing entries after disk full, abandoning,
+//!   the clean finish.
+
+mod control;
+mod engine;
+mod fence;
+mod queue;
+mod requests;
+mod submit;
+
+pub use submit::AsyncWal;
+
+use std::time::Duration;
+
+/// What `append` does when the queue is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenFull {
+    /// The append waits until the queue has room for it (the default).
+    Wait,
+    /// The append is refused at once with [`Error::Busy`](crate::Error::Busy) (Rejected: nothing was logged).
+    Busy,
+}
+
+/// Bounds and behaviour of the queue in front of the I/O thread.
+#[derive(Clone, Debug)]
+pub struct AsyncOptions {
+    /// The queue's bound in entries and in payload bytes: a `Written` entry holds its place
+    /// until it is written (handed to the OS), a `Durable` one until it is durable. A full
+    /// queue waits or answers Busy ([`WhenFull`]).
+    pub queue_entries: usize,
+    /// The queue's bound in payload bytes (default 64 MiB): up to this much payload memory
+    /// waits in the queue, each entry's bytes counted for as long as it holds its place.
+    pub queue_bytes: usize,
+    /// What an append does when either bound is reached: wait (the default) or answer
+    /// [`Error::Busy`](crate::Error::Busy).
+    pub when_full: WhenFull,
+    /// The most entries one batch takes from the queue.
+    pub max_batch_entries: usize,
+    /// An fdatasync at least this slow is counted and reported on stderr (etcd's "slow fdatasync").
+    pub slow_sync: Duration,
+    /// How long batches holding only [`Durability::Written`](crate::Durability::Written) entries may wait for their sync.
+    pub written_sync_delay: Duration,
+    /// How many payload bytes of such batches may wait for their sync.
+    pub written_sync_bytes: usize,
+    /// While a sync is in flight, appends are written during it (and wake the I/O thread for
+    /// that) only once this many payload bytes wait; otherwise they wait in the queue and are
+    /// written when the sync completes, just before the next one starts (`Written` entries
+    /// too: their written word comes then). Writing a few hundred bytes
+    /// costs less than a wake-up and a write call of their own; writing a megabyte during the
+    /// sync hides most of its time. 0 writes (and wakes for) every append at once.
+    pub overlap_write_bytes: usize,
+    /// What disk full does to entries that were never written. `false` (the default): they and
+    /// everything queued after them resolve Rejected, the next LSN is the log's again, and the
+    /// log stays usable. `true`: the log fences instead (every pending ticket Indeterminate,
+    /// every later operation refused), for a caller whose later operations assume the earlier
+    /// ones are in the log, such as a Raft log store that submits a batch of entries one by one.
+    pub fence_on_disk_full: bool,
+}
+
+impl Default for AsyncOptions {
+    fn default() -> Self {
+        AsyncOptions {
+            queue_entries: 4096,
+            queue_bytes: 64 << 20,
+            when_full: WhenFull::Wait,
+            max_batch_entries: 1024,
+            slow_sync: Duration::from_secs(1),
+            written_sync_delay: Duration::from_millis(5),
+            written_sync_bytes: 1 << 20,
+            overlap_write_bytes: 64 << 10,
+            fence_on_disk_full: false,
+        }
+    }
+}
+
+/// What one append carries: one entry, or a user batch (an atomic group such as a job array)
+/// that takes consecutive LSNs and survives a crash whole or not at all.
+#[derive(Debug)]
+pub enum Payload {
+    /// One entry's bytes.
+    One(Vec<u8>),
+    /// The entries of one user batch, in LSN order: written in one batch frame, linked by
+    /// `GROUP_CONT`, so a crash keeps all of them or none.
+    Group(Vec<Vec<u8>>),
+}
+
+impl Payload {
+    pub(crate) fn entries(&self) -> usize {
+        match self {
+            Payload::One(_) => 1,
+            Payload::Group(g) => g.len(),
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Payload::One(p) => p.len(),
+            Payload::Group(g) => g.iter().map(Vec::len).sum(),
+        }
+    }
+
+    pub(crate) fn largest(&self) -> usize {
+        match self {
+            Payload::One(p) => p.len(),
+            Payload::Group(g) => g.iter().map(Vec::len).max().unwrap_or(0),
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! What the submit side and the I/O thread share: the requests on the channel between them
+//! ([`Req`]), the queue's accounting and the log's promised position under the submit lock
+//! ([`Shared`]), and the I/O thread's side of a ticket ([`Slot`]), which resolves it
+//! Indeterminate if it is dropped unresolved.
+
+use super::control::{Control, Position};
+use super::{AsyncOptions, Payload};
+use crate::error::Result;
+use crate::log::{Checkpoint, PurgeReport};
+use crate::storage::Bell;
+use crate::ticket::{Failure, Inner};
+use crate::{Durability, Lsn};
+use crossbeam_channel::Sender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+pub(super) struct Submit {
+    /// The log's position with every admitted operation applied (LSNs are assigned here only).
+    pub(super) log: Position,
+    pub(super) queued_entries: usize,
+    pub(super) queued_bytes: usize,
+    pub(super) fenced: Option<String>,
+    pub(super) closing: bool,
+    /// Payload bytes sent to the I/O thread and not taken by it yet.
+    pub(super) untaken_bytes: usize,
+    /// The I/O thread sleeps until its sync completes: small appends need not wake it.
+    pub(super) quiet: bool,
+    /// Empty buffers for [`AsyncWal::append_untracked`] (see [`POOL_BUFFERS`]).
+    pub(super) pool: Vec<Vec<u8>>,
+}
+
+pub(super) struct Shared {
+    pub(super) submit: Mutex<Submit>,
+    pub(super) metrics: crate::metrics::Metrics,
+    pub(super) space: Condvar,
+    /// Rung after every request, so the I/O thread wakes for it.
+    pub(super) bell: Arc<Bell>,
+    pub(super) max_payload: usize,
+    pub(super) opts: AsyncOptions,
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Submit> {
+        self.submit.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives back queue space held by resolved entries.
+    pub(super) fn release(&self, entries: usize, bytes: usize) {
+        if entries == 0 && bytes == 0 {
+            return;
+        }
+        let mut st = self.lock();
+        st.queued_entries = st.queued_entries.saturating_sub(entries);
+        st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
+        drop(st);
+        self.space.notify_all();
+    }
+
+    /// Fences the log (the first cause stays) and wakes every append waiting for space.
+    pub(super) fn set_fenced(&self, why: &str) {
+        self.lock().fenced.get_or_insert_with(|| why.to_string());
+        self.space.notify_all();
+    }
+}
+
+/// The I/O thread's side of a ticket, or of none ([`AsyncWal::append_untracked`]). Dropped
+/// without a final resolution (a panic on the thread, a request left in a channel nobody reads)
+/// it resolves the ticket Indeterminate, so no waiter waits forever; after a resolution that
+/// is ignored.
+pub(super) struct Slot(pub(super) Option<Arc<Inner>>);
+
+impl Slot {
+    /// The ticket, when there is one somebody can still observe.
+    fn observed(&self) -> Option<&Arc<Inner>> {
+        self.0.as_ref().filter(|t| !t.unobserved())
+    }
+
+    pub(super) fn untracked(&self) -> bool {
+        self.0.is_none()
+    }
+
+    pub(super) fn resolve_written(&self, lsn: Lsn) {
+        if let Some(t) = self.observed() {
+            t.resolve_written(lsn);
+        }
+    }
+
+    pub(super) fn resolve(&self, outcome: Result<Lsn, Failure>) {
+        if let Some(t) = self.observed() {
+            t.resolve(outcome);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // Checked first: the failure's text is an allocation per entry otherwise.
+        let Some(t) = self.observed() else { return };
+        if t.has_last_word() {
+            return;
+        }
+        t.resolve(Err(Failure::Indeterminate("the I/O thread stopped before resolving this entry".into())));
+    }
+}
+
+/// Buffers of untracked appends go back to a pool once staged, so a steady stream of them
+/// allocates nothing: at most this many are kept...
+pub(super) const POOL_BUFFERS: usize = 1024;
+/// ...each at most this large (a rare large entry's buffer is not kept).
+pub(super) const POOL_BUFFER_BYTES: usize = 64 << 10;
+
+pub(super) enum Req {
+    Append {
+        lsn: u64,
+        epoch: u64,
+        payload: Payload,
+        durability: Durability,
+        slot: Slot,
+    },
+    /// Any other operation that moves the log's position or state, checked at submission:
+    /// `lsn` is what its ticket carries, `next` the log's next LSN after it.
+    Control {
+        op: Control,
+        epoch: u64,
+        lsn: u64,
+        next: u64,
+        durability: Durability,
+        slot: Slot,
+    },
+    /// A checkpoint record, staged with the next batch (made durable by its sync).
+    Checkpoint {
+        epoch: u64,
+        lsn: u64,
+        cp: Checkpoint,
+    },
+    /// A prefix purge, run between batches; the result goes back on `reply`.
+    Purge {
+        below: Lsn,
+        reply: Sender<Result<PurgeReport>>,
+    },
+    /// A replay of the log from an LSN (tailing readers: durable; Raft's reads: written).
+    Replay {
+        from: Option<Lsn>,
+        bound: Durability,
+        reply: Sender<Result<crate::replay::Replay>>,
+    },
+    Close,
+    /// Stop without writing, syncing or sealing anything more (what a crash leaves; tests).
+    Abandon,
+}
+
+impl Req {
+    /// The entries and payload bytes it holds of the queue's bounds.
+    pub(super) fn queued(&self) -> (usize, usize) {
+        match self {
+            Req::Append { payload, .. } => (payload.entries(), payload.bytes()),
+            Req::Control { op, .. } => op.size(),
+            _ => (0, 0),
+        }
+    }
+}
+
+/// The fence a clean close leaves: later appends are refused with it.
+pub(super) const CLOSED: &str = "the log was closed";
