@@ -17,18 +17,30 @@
 //! (possibly logged: a failed sync, a fenced log); [`Pipeline::fate`] answers later by request
 //! id, and [`RestartReport::fate_at`] by LSN after a reopen.
 
+//!
+//! This file holds [`Pipeline`] (open, restart, submit, fate queries, close) and what it shares
+//! with the apply thread; beside it: `options.rs`, `hooks.rs`, `fate.rs` (what a caller
+//! configures, hooks in, and learns), `promise.rs`, `cursor.rs`, and `apply_loop.rs` (the apply
+//! thread).
+
 mod apply_loop;
 mod cursor;
+mod fate;
+mod hooks;
+mod options;
 mod promise;
 
 pub use cursor::{Cursor, CursorEntry};
+pub use fate::{Done, LsnFate, RequestFate, Resolution, RestartReport};
+pub use hooks::{AfterHook, Hooks, Notice, PreHook, Proposal};
+pub use options::{CommitPolicy, FactsWhenFenced, PipelineOptions};
 pub use promise::{Callback, Promise};
 
 use crate::error::{Error, Result};
-use crate::io_thread::{AsyncOptions, AsyncWal, Payload};
-use crate::log::{OpenReport, Options, Wal};
+use crate::io_thread::{AsyncWal, Payload};
+use crate::log::{OpenReport, Wal};
 use crate::state::snapshot::{list_snapshots, read_snapshot, SnapshotInfo};
-use crate::state::{Applied, Applier, CompareReport, EntryKind, Envelope, Fate, Replayer, StateMachine};
+use crate::state::{Applier, EntryKind, Envelope, Fate, Replayer, StateMachine};
 use crate::storage::{FileStorage, Storage};
 use crate::ticket::{Failure, Notify};
 use crate::Durability;
@@ -38,198 +50,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
-
-/// What a resolved command reports: where it was applied and what apply said.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Done {
-    /// The LSN the command was logged and applied at.
-    pub lsn: Lsn,
-    /// What applying it did: the state machine's outcome (a refusal included), or a duplicate.
-    pub applied: Applied,
-}
-
-/// What a command's promise resolves to: applied (with the outcome), or one of the two
-/// failures of docs/invariants.md I1.
-pub type Resolution = Result<Done, Failure>;
-
-/// Who decides that a durable entry is committed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CommitPolicy {
-    /// One node: durable means committed.
-    Durable,
-    /// Committed only up to what [`Pipeline::commit_through`] was told (a consensus library's
-    /// commit index), and durable.
-    External,
-}
-
-/// What a submission does when the pipeline or the log is fenced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FactsWhenFenced {
-    /// Facts resolve Indeterminate (the controller keeps them and resubmits after a reopen).
-    Indeterminate,
-    /// Facts are Rejected at once.
-    Reject,
-}
-
-/// Pipeline settings. The defaults suit a controller with a few thousand entries per second.
-#[derive(Clone, Debug)]
-pub struct PipelineOptions {
-    /// How the log is opened (docs/configuration.md); by default it is created if missing.
-    pub log: Options,
-    /// The queue and I/O thread in front of the log (docs/configuration.md).
-    pub io: AsyncOptions,
-    /// Who decides that a durable entry is committed (default [`CommitPolicy::Durable`]).
-    pub commit: CommitPolicy,
-    /// Request ids are remembered for this many LSNs (FORMAT.md 10.1); keep it fixed per log.
-    pub dedupe_window: u64,
-    /// A checkpoint after this many applied entries...
-    pub checkpoint_every_entries: u64,
-    /// ...or this long after the last one, if entries were applied since.
-    pub checkpoint_every: Duration,
-    /// A snapshot after this many applied entries since the last (None: only when asked).
-    pub snapshot_every_entries: Option<u64>,
-    /// After a snapshot is durable, keep it and the one before it (the fallback if the newest
-    /// is ever unreadable), delete older ones, and purge whole segments below the older kept
-    /// one: the log always reaches back to both.
-    pub purge_after_snapshot: bool,
-    /// A tailing cursor at most this many entries behind the applied end pins the prefix
-    /// purge at its position; one further behind does not (and may be purged past).
-    pub cursor_pin_max_lag: u64,
-    /// How a fact submitted while the pipeline or the log is fenced resolves (default
-    /// [`FactsWhenFenced::Indeterminate`]).
-    pub facts_when_fenced: FactsWhenFenced,
-}
-
-impl Default for PipelineOptions {
-    fn default() -> Self {
-        PipelineOptions {
-            log: Options { create: true, ..Options::default() },
-            io: AsyncOptions::default(),
-            commit: CommitPolicy::Durable,
-            dedupe_window: 1 << 20,
-            checkpoint_every_entries: 1024,
-            checkpoint_every: Duration::from_secs(1),
-            snapshot_every_entries: None,
-            purge_after_snapshot: true,
-            cursor_pin_max_lag: 1 << 20,
-            facts_when_fenced: FactsWhenFenced::Indeterminate,
-        }
-    }
-}
-
-/// A proposed entry as pre-hooks see it.
-#[derive(Clone, Copy, Debug)]
-pub struct Proposal<'a> {
-    /// A command or a fact.
-    pub kind: EntryKind,
-    /// The caller's request id, if it gave one.
-    pub request_id: Option<u64>,
-    /// The state machine's bytes (without the envelope).
-    pub body: &'a [u8],
-}
-
-/// A committed, applied entry as after-hooks see it.
-#[derive(Clone, Copy, Debug)]
-pub struct Notice<'a> {
-    /// The entry's LSN.
-    pub lsn: Lsn,
-    /// A command or a fact.
-    pub kind: EntryKind,
-    /// The request id the entry carries, if any.
-    pub request_id: Option<u64>,
-    /// The state machine's bytes (without the envelope).
-    pub body: &'a [u8],
-    /// What applying it did.
-    pub applied: &'a Applied,
-}
-
-/// Validation before anything is logged: a read-only view of the state and the proposal.
-pub type PreHook<S> = Box<dyn Fn(&S, &Proposal<'_>) -> std::result::Result<(), String> + Send + Sync>;
-/// Notification after apply: the state after the entry and what happened.
-pub type AfterHook<S> = Box<dyn FnMut(&S, &Notice<'_>) + Send>;
-
-/// The hooks of a pipeline.
-pub struct Hooks<S> {
-    /// Run in order on the submitting thread before anything is logged; the first `Err`
-    /// rejects the submission (a panic also fences the pipeline).
-    pub pre: Vec<PreHook<S>>,
-    /// Run in order on the apply thread after each applied entry, before its promise resolves;
-    /// a panic fences the pipeline.
-    pub after: Vec<AfterHook<S>>,
-}
-
-impl<S> Default for Hooks<S> {
-    fn default() -> Self {
-        Hooks { pre: Vec::new(), after: Vec::new() }
-    }
-}
-
-impl<S> std::fmt::Debug for Hooks<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Hooks {{ pre: {}, after: {} }}", self.pre.len(), self.after.len())
-    }
-}
-
-/// What a fate query knows about a request id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestFate {
-    /// Applied at `lsn` (a domain refusal is also final).
-    Applied {
-        /// The LSN it was applied at.
-        lsn: Lsn,
-        /// Whether the state machine refused it
-        /// ([`Outcome::Refused`](crate::state::Outcome::Refused)).
-        refused: bool,
-    },
-    /// Logged or being logged, not yet applied.
-    Pending {
-        /// The LSN the entry was given.
-        lsn: Lsn,
-    },
-    /// Not applied and not pending (never submitted, withdrawn, or lost with a fenced tail;
-    /// or older than the dedupe window).
-    NotApplied,
-}
-
-/// What an LSN from before a restart became.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LsnFate {
-    /// The log holds it and the restart applied it.
-    Applied,
-    /// The log does not hold it: it never became durable (its LSN may be reused).
-    Absent,
-}
-
-/// What opening a pipeline found.
-#[derive(Debug)]
-pub struct RestartReport {
-    /// What opening the log found and did.
-    pub open: OpenReport,
-    /// The snapshot the state was rebuilt from, if any.
-    pub snapshot: Option<SnapshotInfo>,
-    /// Snapshots that were skipped, with why.
-    pub snapshots_refused: Vec<String>,
-    /// The replay from the snapshot (or the log's start) to the log's end, compared with every
-    /// checkpoint it met.
-    pub compare: CompareReport,
-    /// The last entry the log held at the restart (what the restart applied up to).
-    pub recovered_end: Option<Lsn>,
-    /// The pipeline is fenced from the start (DIVERGENT or unsupported), with why.
-    pub fenced: Option<String>,
-}
-
-impl RestartReport {
-    /// The fate of an LSN handed out before this restart (typically to an Indeterminate
-    /// submission). Valid for LSNs of the previous run only: new entries reuse absent LSNs.
-    pub fn fate_at(&self, lsn: Lsn) -> LsnFate {
-        if self.recovered_end.is_some_and(|e| lsn <= e) {
-            LsnFate::Applied
-        } else {
-            LsnFate::Absent
-        }
-    }
-}
 
 /// One entry of a submission, as the apply thread receives it.
 pub(crate) struct Item {
