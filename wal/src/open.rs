@@ -103,7 +103,7 @@ impl Wal {
             // unsynced (the newest segments and the directory) before reading anything.
             sync_unsealed(&*storage)?;
         }
-        // A full scan when asked for at the open (open_check.rs); a fast one otherwise.
+        // A full scan when asked for at the open (log/open_check.rs); a fast one otherwise.
         let full = opts.open_check == OpenCheck::AtOpen;
         let mut scan = recovery::scan_log(&*storage, full)?;
         let mut report = OpenReport {
@@ -224,7 +224,7 @@ impl Wal {
             if checked {
                 wal.prepare_next(seq + 1);
             } else {
-                // It creates a file: not before the records are checked (open_check.rs).
+                // It creates a file: not before the records are checked (log/open_check.rs).
                 wal.deferred_prepare = Some(seq + 1);
             }
         }

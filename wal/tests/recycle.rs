@@ -1,4 +1,4 @@
-//! Recycling purged segment files (`wal/src/recycle.rs`): a purge sets files aside, the next
+//! Recycling purged segment files (`wal/src/log/recycle.rs`): a purge sets files aside, the next
 //! segment is made of one, which keeps its old contents beside a stale table (FORMAT.md section
 //! 2.2); a file a replay maps is never overwritten; the pool survives a reopen within its limit;
 //! every entry reads back as written throughout; damage to what a recycled segment keeps is

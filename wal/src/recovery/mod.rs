@@ -80,7 +80,7 @@ pub struct LogScan {
     /// Records walked (a fast scan walks only the last segment).
     pub records_walked: u64,
     /// Segments taken on their footer (and `wal.close`) without a walk: their records are
-    /// unchecked (a writer checks them before its first write: `open_check.rs`).
+    /// unchecked (a writer checks them before its first write: `log/open_check.rs`).
     pub trusted: usize,
 }
 

@@ -191,7 +191,7 @@ mod loom_tests {
         progress
     }
 
-    /// The wake-up protocol of `io_thread.rs`, as a model over the real [`Bell`]: the I/O
+    /// The wake-up protocol of `io_thread/`, as a model over the real [`Bell`]: the I/O
     /// thread sleeps (engine lock released) with `quiet` set only while a sync is in flight,
     /// whose completion rings the bell (`Ready::finish`); an append rings unless `quiet`
     /// (`AsyncWal::enqueue`); a caller of `append_wait` that takes the free engine lock
