@@ -3,6 +3,7 @@
 //! and after a reopen what the restart found ([`RestartReport`]) and the fate of an LSN handed
 //! out before it ([`LsnFate`]).
 
+use crate::error::Result;
 use crate::log::OpenReport;
 use crate::state::snapshot::SnapshotInfo;
 use crate::state::{Applied, CompareReport};

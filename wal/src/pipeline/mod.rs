@@ -17,11 +17,10 @@
 //! (possibly logged: a failed sync, a fenced log); [`Pipeline::fate`] answers later by request
 //! id, and [`RestartReport::fate_at`] by LSN after a reopen.
 
-//!
-//! This file holds [`Pipeline`] (open, restart, submit, fate queries, close) and what it shares
-//! with the apply thread; beside it: `options.rs`, `hooks.rs`, `fate.rs` (what a caller
-//! configures, hooks in, and learns), `promise.rs`, `cursor.rs`, and `apply_loop.rs` (the apply
-//! thread).
+// (Not in the module docs above, which a controller reads: this file holds `Pipeline` (open,
+// restart, submit, fate queries, close) and what it shares with the apply thread; beside it:
+// options.rs, hooks.rs, fate.rs (what a caller configures, hooks in, and learns), promise.rs,
+// cursor.rs, and apply_loop.rs (the apply thread).)
 
 mod apply_loop;
 mod cursor;
