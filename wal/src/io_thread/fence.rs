@@ -34,16 +34,16 @@ impl Io {
         self.staged_checkpoint = false;
         let mut untaken = 0;
         while let Ok(r) = self.rx.try_recv() {
-            match r {
-                r @ (Req::Append { .. } | Req::Control { .. }) => {
-                    let (n, b) = r.queued();
-                    entries += n;
-                    bytes += b;
-                    untaken += b;
-                    if let Req::Append { slot, .. } | Req::Control { slot, .. } = r {
-                        slot.resolve(Err(Failure::Indeterminate(why.clone())));
-                    }
+            let r = match r.into_slot() {
+                Ok(((n, b), slot)) => {
+                    (entries, bytes, untaken) = (entries + n, bytes + b, untaken + b);
+                    slot.resolve(Err(Failure::Indeterminate(why.clone())));
+                    continue;
                 }
+                Err(r) => r,
+            };
+            match r {
+                Req::Append { .. } | Req::Control { .. } => {} // resolved above
                 Req::Checkpoint { .. } => {}
                 Req::Purge { reply, .. } => {
                     let _ = reply.send(Err(Error::Fenced { cause: why.clone() }));
@@ -89,16 +89,16 @@ impl Io {
         }
         let mut untaken = 0;
         while let Ok(r) = self.rx.try_recv() {
-            match r {
-                r @ (Req::Append { .. } | Req::Control { .. }) => {
-                    let (n, b) = r.queued();
-                    entries += n;
-                    bytes += b;
-                    untaken += b;
-                    if let Req::Append { slot, .. } | Req::Control { slot, .. } = r {
-                        rejected.push(slot);
-                    }
+            let r = match r.into_slot() {
+                Ok(((n, b), slot)) => {
+                    (entries, bytes, untaken) = (entries + n, bytes + b, untaken + b);
+                    rejected.push(slot);
+                    continue;
                 }
+                Err(r) => r,
+            };
+            match r {
+                Req::Append { .. } | Req::Control { .. } => {} // withdrawn above
                 // Its LSN was taken before; it still belongs with the next batch.
                 Req::Checkpoint { epoch, lsn, cp } => {
                     if self.wal.checkpoint(Epoch(epoch), Lsn(lsn), &cp).is_ok() {

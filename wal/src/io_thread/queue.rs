@@ -149,6 +149,17 @@ pub(super) enum Req {
 }
 
 impl Req {
+    /// An append or control operation taken out of the queue without being run (a fence or a
+    /// withdrawal): its place in the queue's bounds (entries, payload bytes) and the slot its
+    /// ticket resolves through. Any other request comes back as it was.
+    pub(super) fn into_slot(self) -> std::result::Result<((usize, usize), Slot), Req> {
+        let held = self.queued();
+        match self {
+            Req::Append { slot, .. } | Req::Control { slot, .. } => Ok((held, slot)),
+            other => Err(other),
+        }
+    }
+
     /// The entries and payload bytes it holds of the queue's bounds.
     pub(super) fn queued(&self) -> (usize, usize) {
         match self {
