@@ -253,9 +253,10 @@ impl fmt::Display for Damage {
 }
 
 /// Errors of the log API. [`Error::is_rejected`] tells the two kinds of docs/invariants.md I1 apart.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An I/O error, with what was being done.
+    #[error("I/O error while {context}: {source}")]
     Io {
         /// What the log was doing, for the message ("locking the log directory", say).
         context: String,
@@ -264,20 +265,25 @@ pub enum Error {
     },
     /// The device is full (or the configured budget is spent); the unsynced tail was withdrawn
     /// and the log remains usable.
+    #[error("disk full while {context}")]
     DiskFull {
         /// What the log was doing when the space ran out.
         context: String,
     },
     /// A previous write or sync failed; the log accepts nothing until it is reopened.
+    #[error("log is fenced after a failed write or sync ({cause}); reopen it")]
     Fenced {
         /// The failure that fenced the log.
         cause: String,
     },
     /// The log is damaged in a way the recovery mode does not repair.
+    #[error("log is damaged: {0}")]
     Damaged(Damage),
     /// Another process holds the directory lock.
+    #[error("log is locked: {0}")]
     Locked(String),
     /// An append carried a writer epoch older than the log's.
+    #[error("rejected: writer epoch {given} is older than the log's epoch {current}")]
     StaleEpoch {
         /// The log's writer epoch.
         current: u64,
@@ -285,6 +291,7 @@ pub enum Error {
         given: u64,
     },
     /// An append carried a writer epoch newer than the log's: call `advance_epoch` first.
+    #[error("rejected: writer epoch {given} is newer than the log's epoch {current}; advance it first")]
     EpochNotAdvanced {
         /// The log's writer epoch.
         current: u64,
@@ -292,6 +299,7 @@ pub enum Error {
         given: u64,
     },
     /// A payload larger than the log accepts.
+    #[error("rejected: payload of {len} bytes exceeds the maximum {max}")]
     TooLarge {
         /// The length in bytes of what was refused (an entry's payload, a metadata value).
         len: u64,
@@ -300,14 +308,19 @@ pub enum Error {
         max: u64,
     },
     /// Arguments that make no sense (named in the message).
+    #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The directory holds no log (and `create` was not asked for).
+    #[error("no log: {0}")]
     NotFound(String),
     /// A write on a read-only handle (or on a log that is closing).
+    #[error("the log was opened read-only or is closing")]
     ReadOnly,
     /// The I/O thread's queue is full and the caller asked not to wait.
+    #[error("rejected: the queue is full")]
     Busy,
     /// A snapshot file is damaged or does not rebuild the state it records.
+    #[error("snapshot {name} is unusable: {what}")]
     BadSnapshot {
         /// The snapshot's file name.
         name: String,
@@ -316,8 +329,10 @@ pub enum Error {
     },
     /// A snapshot or checkpoint names a format, digest or state-machine version this build does
     /// not know.
+    #[error("unsupported version: {0}")]
     Unsupported(String),
     /// A reader's position was purged: the log now starts at `first`.
+    #[error("position {position} was purged; the log now starts at LSN {first}")]
     PurgedPast {
         /// The LSN the reader was to read next.
         position: u64,
@@ -348,47 +363,6 @@ impl Error {
                 | Error::Locked(_)
                 | Error::NotFound(_)
         )
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Io { context, source } => write!(f, "I/O error while {context}: {source}"),
-            Error::DiskFull { context } => write!(f, "disk full while {context}"),
-            Error::Fenced { cause } => {
-                write!(f, "log is fenced after a failed write or sync ({cause}); reopen it")
-            }
-            Error::Damaged(d) => write!(f, "log is damaged: {d}"),
-            Error::Locked(w) => write!(f, "log is locked: {w}"),
-            Error::StaleEpoch { current, given } => {
-                write!(f, "rejected: writer epoch {given} is older than the log's epoch {current}")
-            }
-            Error::EpochNotAdvanced { current, given } => {
-                write!(f, "rejected: writer epoch {given} is newer than the log's epoch {current}; advance it first")
-            }
-            Error::TooLarge { len, max } => {
-                write!(f, "rejected: payload of {len} bytes exceeds the maximum {max}")
-            }
-            Error::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
-            Error::NotFound(w) => write!(f, "no log: {w}"),
-            Error::ReadOnly => write!(f, "the log was opened read-only or is closing"),
-            Error::Busy => write!(f, "rejected: the queue is full"),
-            Error::BadSnapshot { name, what } => write!(f, "snapshot {name} is unusable: {what}"),
-            Error::Unsupported(w) => write!(f, "unsupported version: {w}"),
-            Error::PurgedPast { position, first } => {
-                write!(f, "position {position} was purged; the log now starts at LSN {first}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Io { source, .. } => Some(source),
-            _ => None,
-        }
     }
 }
 

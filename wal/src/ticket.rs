@@ -24,27 +24,16 @@ use std::time::Duration;
 
 /// Why an append did not become durable. `Indeterminate` entries may or may not be in the log
 /// (docs/invariants.md I1): the log decides, and a reopen tells.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
     /// Logged or possibly logged: a failed write or sync, a fenced log, a close.
+    #[error("indeterminate (the log decides; ask for its fate later): {0}")]
     Indeterminate(String),
     /// Never written and never will be (the disk was full when its segment was needed): the
     /// entry consumed nothing and its LSN is given to a later entry.
+    #[error("rejected (never logged): {0}")]
     Rejected(String),
 }
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Indeterminate(w) => {
-                write!(f, "indeterminate (the log decides; ask for its fate later): {w}")
-            }
-            Failure::Rejected(w) => write!(f, "rejected (never logged): {w}"),
-        }
-    }
-}
-
-impl std::error::Error for Failure {}
 
 #[derive(Debug, Default)]
 struct State {
