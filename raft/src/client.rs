@@ -50,7 +50,9 @@
 //! concurrent caller.
 
 use crate::net::frame::{read_frame_max, write_frame_max, TooLarge, MAX_FRAME_LEN};
-use crate::net::wire::{EntityView, MembershipChange, MembershipView, Msg, NodeMetrics, Reply, WriteReply};
+use crate::net::wire::{
+    EntityView, MembershipChange, MembershipFailure, MembershipView, Msg, NodeMetrics, Reply, WriteReply,
+};
 use crate::net::{idle, limit};
 use crate::Response;
 use std::collections::{HashMap, HashSet};
@@ -458,36 +460,46 @@ impl Client {
         }
     }
 
-    /// Asks the node at `addr` to change the membership: the membership after it, or why it was
-    /// refused (`Ok(Err(..))`: nothing changed). Only the leader changes it
-    /// ([`Client::membership_at_leader`] finds it).
+    /// Asks the node at `addr` to change the membership: the membership after it, or why not
+    /// (`Ok(Err(..))`). Only the leader changes it ([`Client::membership_at_leader`] finds it).
+    /// A call that fails after it was sent may have been carried out: the caller says so.
     pub async fn membership(
         &self,
         addr: &str,
         change: &MembershipChange,
-    ) -> io::Result<Result<MembershipView, String>> {
+    ) -> io::Result<Result<MembershipView, MembershipFailure>> {
         match self.call(addr, &Msg::Membership(change.clone())).await? {
             Reply::Membership(r) => Ok(r),
-            Reply::Error(e) => Ok(Err(e)),
+            Reply::Error(e) => Ok(Err(MembershipFailure::Refused(e))),
             other => Err(io::Error::other(format!("unexpected reply {other:?}"))),
         }
     }
 
-    /// [`Client::membership`] at the leader among this client's nodes (the node they say
-    /// leads, by their metrics; the address the leader's own membership gives for it).
+    /// [`Client::membership`] at the leader among this client's nodes (of the nodes that say
+    /// they lead, the one in the highest term). `Err` only when no leader was found (nothing
+    /// was sent); a call to the leader that fails or times out is `Indeterminate`.
     pub async fn membership_at_leader(
         &self,
         change: &MembershipChange,
-    ) -> io::Result<Result<MembershipView, String>> {
+    ) -> io::Result<Result<MembershipView, MembershipFailure>> {
         let mut last = io::Error::other("no node answered");
+        let mut leader: Option<(u64, String)> = None;
         for n in self.addrs.clone() {
             match self.metrics(&n).await {
-                Ok(m) if m.state == "Leader" => return self.membership(&n, change).await,
+                Ok(m) if m.state == "Leader" && leader.as_ref().is_none_or(|(t, _)| m.term > *t) => {
+                    leader = Some((m.term, n))
+                }
                 Ok(_) => {}
                 Err(e) => last = e,
             }
         }
-        Err(io::Error::other(format!("no leader among the nodes given ({last})")))
+        let Some((_, at)) = leader else {
+            return Err(io::Error::other(format!("no leader among the nodes given ({last})")));
+        };
+        Ok(match self.membership(&at, change).await {
+            Ok(r) => r,
+            Err(e) => Err(MembershipFailure::Indeterminate(format!("{at}: {e}"))),
+        })
     }
 
     /// The test-only partition switch of the node at `addr`.

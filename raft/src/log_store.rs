@@ -290,9 +290,18 @@ impl LogStore {
         // trust before the first append: check them here, and refuse a damaged log at the open
         // (wal's `Wal::check_records`: nothing to walk when the open walked everything).
         wal.check_records().map_err(io::Error::other)?;
-        if wal.meta(LOG_KIND_META_KEY) != Some(LOG_KIND) {
-            wal.set_meta(LOG_KIND_META_KEY, LOG_KIND).map_err(io::Error::other)?;
-            wal.sync().map_err(io::Error::other)?;
+        // A new log says what it is (walcheck reads it). Only a new one: a log that already
+        // holds Raft state is recognised by it (`verifier::state::RAFT_META_KEYS`), and an open
+        // must not write into a log someone is investigating. Advisory: a full disk skips it.
+        let new = wal.written_lsn().is_none() && wal.meta(VOTE_META_KEY).is_none();
+        if new && wal.meta(LOG_KIND_META_KEY).is_none() {
+            match wal.set_meta(LOG_KIND_META_KEY, LOG_KIND).and_then(|()| wal.sync()) {
+                Ok(()) => {}
+                Err(wal::Error::DiskFull { context }) => {
+                    tracing::warn!("the log-kind record was not written (disk full while {context})")
+                }
+                Err(e) => return Err(io::Error::other(e)),
+            }
         }
         let vote: Option<Vote> = codec::read_meta(VOTE_META_KEY, wal.meta(VOTE_META_KEY))?;
         let committed: Option<Option<LogId>> =

@@ -189,3 +189,40 @@ fn the_cluster_guide_runs_as_written() {
         );
     }
 }
+
+/// Raft messages reach a node only on a connection that said which node it is for
+/// (`Msg::Hello`): a hello for another id is refused and the connection closed, and a Raft
+/// message without a hello is refused before openraft sees it (issue 28, after review: a
+/// mistyped address once gave one process two votes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_messages_need_a_hello_for_this_node() {
+    use wal_raft::net::frame::{read_frame, write_frame};
+    use wal_raft::net::wire::{Msg, Reply};
+    let c = Cluster::start(&[]);
+    let (leader, term) = c.leader(&[1, 2, 3]).await;
+    let addr = c.addr(leader);
+    let before = c.metrics(leader).await.unwrap();
+
+    // A hello for another node: refused, then the connection is closed.
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    write_frame(&mut s, &Msg::Hello { from: 7, to: leader + 10 }, &[]).await.unwrap();
+    let (r, _): (Reply, _) = read_frame(&mut s).await.unwrap().expect("an answer");
+    assert!(matches!(&r, Reply::Hello(Err(w)) if w.contains(&format!("this is node {leader}"))), "{r:?}");
+    assert!(
+        read_frame::<_, Reply>(&mut s).await.map(|r| r.is_none()).unwrap_or(true),
+        "the connection stays open"
+    );
+
+    // A vote request without a hello: refused, never handed to openraft (the term is unmoved).
+    let vote = Msg::Vote(openraft::raft::VoteRequest::new(openraft::Vote::new(term + 5, 99), None));
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    write_frame(&mut s, &vote, &[]).await.unwrap();
+    let (r, _): (Reply, _) = read_frame(&mut s).await.unwrap().expect("an answer");
+    assert!(matches!(&r, Reply::Error(w) if w.contains("Hello first")), "{r:?}");
+    let after = c.metrics(leader).await.unwrap();
+    assert_eq!(
+        (after.term, after.state.as_str()),
+        (before.term, "Leader"),
+        "a vote without a hello moved the node"
+    );
+}

@@ -9,7 +9,8 @@
 //! too large for the client's or a node's frame limit), 3 indeterminate. `lookup`: 0 found, 1
 //! not found, 5 no answer. `status`/`metrics`: 0 every node answered, 5 none did, 6 some did not;
 //! `status` 7 when no leader holds its lease. Membership changes (`add-learner`, `promote`, `remove`,
-//! `set-address`): 0 done, 2 refused (nothing changed), 5 no leader answered.
+//! `set-address`): 0 done, 2 refused (nothing changed), 3 indeterminate (it failed or timed out
+//! after it was sent: part of it may have been made), 5 no leader answered (nothing sent).
 //! `check`/`compare`: walcheck's codes. A usage
 //! error (bad arguments) exits 64, as walcheck's do: clap's default 2 is `client`'s REJECTED.
 //! Reports written into a closed pipe stop quietly, with the same exit code.
@@ -21,7 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use wal_raft::client::Client;
-use wal_raft::net::wire::{MembershipChange, WriteReply};
+use wal_raft::net::wire::{MembershipChange, MembershipFailure, WriteReply};
 use wal_raft::node::{start, NodeConfig, Started};
 use wal_raft::Response;
 
@@ -55,12 +56,23 @@ macro_rules! out {
     ($($t:tt)*) => { say(&format!($($t)*)) };
 }
 
+/// A line on stderr. A closed stderr loses the line; it never stops the node or changes an
+/// exit code (`eprintln!` would panic).
+fn esay(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+macro_rules! eout {
+    ($($t:tt)*) => { esay(&format!($($t)*)) };
+}
+
 fn say(line: &str) {
     use std::io::Write;
     let mut o = std::io::stdout().lock();
     if let Err(e) = writeln!(o, "{line}").and_then(|()| o.flush()) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("walraft-node: cannot write the report: {e}");
+            esay(&format!("walraft-node: cannot write the report: {e}"));
         }
     }
 }
@@ -292,7 +304,7 @@ fn main() -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("walraft-node: cannot start the runtime: {e}");
+            eout!("walraft-node: cannot start the runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -303,8 +315,6 @@ fn main() -> ExitCode {
             c.attempt_timeout = Duration::from_millis(attempt_timeout_ms);
             c.write_deadline = Duration::from_millis(write_deadline_ms);
             c.max_frame = max_frame_bytes;
-            // A membership change waits for openraft (add-learner: until the learner caught up).
-            c.call_timeout = c.call_timeout.max(c.write_deadline);
             rt.block_on(client(c, nodes, op))
         }
         Cmd::Check { dir } => {
@@ -319,6 +329,25 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// `DATA/node.pid` while `run` runs: written at start, removed when `run` returns.
+struct PidFile(std::path::PathBuf);
+
+impl PidFile {
+    fn write(id: u64, data: &std::path::Path) -> PidFile {
+        let path = data.join(PID_FILE);
+        if let Err(e) = std::fs::write(&path, format!("{}\n", std::process::id())) {
+            eout!("walraft-node {id}: cannot write {}: {e}", path.display());
+        }
+        PidFile(path)
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Logs to stderr through `tracing`, at the levels `RUST_LOG` gives (`info` for this crate and
@@ -337,7 +366,7 @@ fn init_logging() {
 async fn run(a: RunArgs) -> i32 {
     init_logging();
     if a.allow_faults && !cfg!(feature = "test-faults") {
-        eprintln!(
+        eout!(
             "walraft-node: --allow-faults: this build has no fault switches (they exist only in builds made for tests, with the test-faults feature)"
         );
         return i32::from(EXIT_USAGE);
@@ -359,16 +388,16 @@ async fn run(a: RunArgs) -> i32 {
     let id = cfg.id;
     let data = cfg.data_dir.clone();
     if cfg.unsafe_leader_restore {
-        eprintln!("walraft-node {id}: UNSAFE test configuration: openraft's leader restore is on (issue 21, finding 1)");
+        eout!("walraft-node {id}: UNSAFE test configuration: openraft's leader restore is on (issue 21, finding 1)");
     }
     let node = match start(cfg).await {
         Ok(Started::Running(n)) => n,
         Ok(Started::Refused { why }) => {
-            eprintln!("walraft-node {id}: refusing to start as a voter: {why}");
+            eout!("walraft-node {id}: refusing to start as a voter: {why}");
             return wal_raft::check::EXIT_DIVERGENT;
         }
         Ok(Started::Fenced { why }) => {
-            eprintln!(
+            eout!(
                 "walraft-node {id}: refusing to start: this node FENCED itself ({}/{}): {why}. {}",
                 data.display(),
                 wal_raft::fence::FENCE_FILE,
@@ -381,13 +410,13 @@ async fn run(a: RunArgs) -> i32 {
             // open-time check normally sees it first): the fence file says so, and the exit
             // code is the fence's.
             if let Ok(Some(why)) = wal_raft::fence::read(&data) {
-                eprintln!(
+                eout!(
                     "walraft-node {id}: {e}; this node FENCED itself: {why}. {}",
                     wal_raft::fence::RECOVERY
                 );
                 return EXIT_FENCED;
             }
-            eprintln!("walraft-node {id}: {e}");
+            eout!("walraft-node {id}: {e}");
             return 1;
         }
     };
@@ -395,16 +424,14 @@ async fn run(a: RunArgs) -> i32 {
     if let Some(at) = node.metrics_addr {
         out!("walraft-node {id}: metrics on http://{at}/metrics");
     }
-    // For operators and scripts: `kill $(cat DATA/node.pid)`. Removed at a clean stop; a node
-    // killed with SIGKILL leaves it, and the next start replaces it.
-    let pid_file = data.join(PID_FILE);
-    if let Err(e) = std::fs::write(&pid_file, format!("{}\n", std::process::id())) {
-        eprintln!("walraft-node {id}: cannot write {}: {e}", pid_file.display());
-    }
+    // For operators and scripts: `kill $(cat DATA/node.pid)`. Removed whenever `run` returns
+    // (a stop, raft stopping by itself); a node killed with SIGKILL leaves it, and the next
+    // start replaces it.
+    let _pid_file = PidFile::write(id, &data);
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("walraft-node {id}: cannot watch SIGTERM: {e}");
+            eout!("walraft-node {id}: cannot watch SIGTERM: {e}");
             return 1;
         }
     };
@@ -416,12 +443,23 @@ async fn run(a: RunArgs) -> i32 {
         // supervisor restarts the node from its durable log and snapshot. Not when the node
         // fenced itself (its core stopped on purpose): it stays up, answering metrics with
         // why, until it is stopped; a restart would be refused anyway.
+        // A core that panicked drops its metrics channel without saying so in
+        // `running_state`: a closed channel is a stop too.
+        let mut rx = raft.metrics();
         loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if fence.reason().is_some() {
-                continue;
+            tokio::select! {
+                r = rx.changed() => {
+                    if r.is_err() && fence.reason().is_none() {
+                        return "openraft's core ended (its metrics channel closed: a panic?)".to_string();
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
-            if let Err(e) = &raft.metrics().borrow_watched().running_state {
+            if fence.reason().is_some() {
+                // Fenced on purpose: wait for the stop (and do not spin on a closed channel).
+                std::future::pending::<()>().await;
+            }
+            if let Err(e) = &rx.borrow_watched().running_state {
                 return e.to_string();
             }
         }
@@ -430,18 +468,17 @@ async fn run(a: RunArgs) -> i32 {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
         why = fatal => {
-            eprintln!("walraft-node {id}: raft stopped: {why}; exiting so that a restart recovers from the log");
+            eout!("walraft-node {id}: raft stopped: {why}; exiting so that a restart recovers from the log");
             return EXIT_RAFT_STOPPED;
         }
     }
-    eprintln!("walraft-node {id}: stopping");
-    let _ = std::fs::remove_file(&pid_file);
+    eout!("walraft-node {id}: stopping");
     let fenced = node.fence.reason().is_some();
     match node.shutdown().await {
         _ if fenced => EXIT_FENCED,
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("walraft-node {id}: {e}");
+            eout!("walraft-node {id}: {e}");
             1
         }
     }
@@ -498,7 +535,7 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
                     1
                 }
                 Err(e) => {
-                    eprintln!("{first}: {e}");
+                    eout!("{first}: {e}");
                     5
                 }
             };
@@ -546,6 +583,9 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
                 Op::SetAddress { id, addr } => MembershipChange::SetAddress { id, addr },
                 _ => unreachable!("matched above"),
             };
+            // A membership change waits for openraft (add-learner: until the learner caught up).
+            let mut c = c;
+            c.call_timeout = c.call_timeout.max(c.write_deadline);
             return match c.membership_at_leader(&change).await {
                 Ok(Ok(v)) => {
                     let nodes: Vec<String> = v.nodes.iter().map(|(id, a)| format!("{id}={a}")).collect();
@@ -558,12 +598,16 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
                     );
                     0
                 }
-                Ok(Err(why)) => {
-                    out!("REFUSED (nothing changed): {why}");
+                Ok(Err(f @ MembershipFailure::Refused(_))) => {
+                    out!("{f}");
                     2
                 }
+                Ok(Err(f @ MembershipFailure::Indeterminate(_))) => {
+                    out!("{f}");
+                    3
+                }
                 Err(e) => {
-                    eprintln!("{e}");
+                    esay(&e.to_string());
                     EXIT_NO_ANSWER
                 }
             };
@@ -572,7 +616,7 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
             let mut code = 0;
             for n in &nodes {
                 if let Err(e) = c.partition(n, state == "on").await {
-                    eprintln!("{n}: {e}");
+                    eout!("{n}: {e}");
                     code = 1;
                 }
             }

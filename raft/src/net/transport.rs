@@ -57,10 +57,11 @@ impl Partition {
 pub struct Addresses(Arc<std::sync::RwLock<std::collections::BTreeMap<u64, String>>>);
 
 impl Addresses {
-    /// Takes the addresses of a membership's nodes.
+    /// Takes the addresses of a membership's nodes, and only those: a node the membership no
+    /// longer holds has no address here (its id may come back elsewhere).
     pub fn update(&self, nodes: impl IntoIterator<Item = (u64, String)>) {
-        let mut book = self.0.write().unwrap_or_else(|e| e.into_inner());
-        book.extend(nodes);
+        let fresh = nodes.into_iter().collect();
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = fresh;
     }
 
     pub fn get(&self, id: u64) -> Option<String> {
@@ -164,8 +165,17 @@ impl TcpNet {
             self.conn = None;
         }
         if self.conn.is_none() {
-            let s = TcpStream::connect(&self.addr).await?;
+            let mut s = TcpStream::connect(&self.addr).await?;
             s.set_nodelay(true)?;
+            // Say which node this connection is for: a wrong address reaches no node under an
+            // id that is not its own (`Msg::Hello`).
+            let hello = Msg::Hello { from: self.id, to: self.target };
+            write_frame_max(&mut s, &hello, &[], self.max_frame).await?;
+            match read_frame_max::<_, Reply>(&mut s, self.max_frame).await? {
+                Some((Reply::Hello(Ok(())), _)) => {}
+                Some((Reply::Hello(Err(why)), _)) => return Err(io::Error::other(why)),
+                other => return Err(io::Error::other(format!("no hello from {}: {other:?}", self.addr))),
+            }
             self.conn = Some(s);
         }
         let Some(s) = self.conn.as_mut() else { return Err(io::Error::other("no connection")) };

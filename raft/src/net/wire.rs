@@ -53,6 +53,12 @@ pub enum Msg {
     /// Admin: change the cluster's membership (`crate::node::membership`). Only the leader
     /// does it; another node answers where the leader is.
     Membership(MembershipChange),
+    /// Raft, first on every connection a node opens to a peer: which node is calling and which
+    /// node it means to reach. A node answers `Hello(Err)` and closes the connection when it is
+    /// not `to`, and serves Raft messages only on a connection that said hello to it: a wrong
+    /// address (a typo in `add-learner`, a stale address book, a port another node took over)
+    /// reaches no node under an id that is not its own.
+    Hello { from: u64, to: u64 },
 }
 
 /// A change of the cluster's membership an operator asks for.
@@ -69,6 +75,27 @@ pub enum MembershipChange {
     SetAddress { id: u64, addr: String },
 }
 
+/// Why a membership change did not complete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembershipFailure {
+    /// Refused before anything was proposed: nothing changed.
+    Refused(String),
+    /// Proposed, then it failed or was not seen to complete: part of it may have been made
+    /// (`client status` shows the membership now).
+    Indeterminate(String),
+}
+
+impl std::fmt::Display for MembershipFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MembershipFailure::Refused(w) => write!(f, "REFUSED (nothing changed): {w}"),
+            MembershipFailure::Indeterminate(w) => {
+                write!(f, "INDETERMINATE (part of the change may have been made; see `client status`): {w}")
+            }
+        }
+    }
+}
+
 /// The membership after a change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MembershipView {
@@ -81,12 +108,18 @@ pub struct MembershipView {
 }
 
 impl Msg {
+    /// The Raft messages a node serves only on a connection that said [`Msg::Hello`] to it.
+    pub fn needs_hello(&self) -> bool {
+        matches!(self, Msg::AppendEntries(_) | Msg::Vote(_) | Msg::PreVote(_) | Msg::SnapshotChunk { .. })
+    }
+
     /// Traffic between nodes (Raft, and writes forwarded to the leader), which the partition
     /// switch drops.
     pub fn is_raft(&self) -> bool {
         matches!(
             self,
             Msg::AppendEntries(_)
+                | Msg::Hello { .. }
                 | Msg::Vote(_)
                 | Msg::PreVote(_)
                 | Msg::SnapshotChunk { .. }
@@ -113,8 +146,10 @@ pub enum Reply {
     Claim(Result<(), String>),
     /// The state was altered; the last index applied then.
     Altered(Result<Option<u64>, String>),
-    /// The membership after the change, or why it was refused (nothing changed).
-    Membership(Result<MembershipView, String>),
+    /// The membership after the change, or why not.
+    Membership(Result<MembershipView, MembershipFailure>),
+    /// The answer to [`Msg::Hello`]: this node is the one meant, or who it is instead.
+    Hello(Result<(), String>),
     /// The request could not be served at all (with why).
     Error(String),
     /// The request's frame was longer than this node's limit: it was not read (its body was

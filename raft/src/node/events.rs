@@ -67,7 +67,11 @@ pub async fn watch(raft: RaftNode, id: u64, lease: Duration, addresses: Addresse
             return;
         }
         tokio::select! {
-            r = rx.changed() => if r.is_err() { return },
+            r = rx.changed() => if r.is_err() {
+                // The core dropped its metrics: it ended without a `running_state` error (a panic).
+                error!(node = id, "raft core ended (its metrics channel closed)");
+                return;
+            },
             _ = tokio::time::sleep(lease) => {}
         }
     }

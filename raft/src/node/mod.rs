@@ -267,6 +267,7 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         forward_pool: Default::default(),
         claims: claims.clone(),
         checkpoint_every: cfg.checkpoint_every,
+        membership_lock: tokio::sync::Mutex::new(()),
     };
     let claimer = tokio::spawn(claims::run(raft.clone(), claims, claim_rx, partition, max_frame));
     let ctx = Arc::new(ctx);

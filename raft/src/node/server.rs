@@ -72,6 +72,8 @@ pub struct Ctx {
     pub claims: Arc<crate::node::claims::Claims>,
     /// Claim indexes are its multiples (`NodeConfig::checkpoint_every`): more than the voters.
     pub checkpoint_every: u64,
+    /// Held through a membership change: one at a time on this leader (`node/membership.rs`).
+    pub membership_lock: tokio::sync::Mutex<()>,
 }
 
 /// Accepts connections until the task is aborted.
@@ -96,10 +98,31 @@ async fn connection(mut s: TcpStream, ctx: &Ctx) -> io::Result<()> {
     let mut served = 0u64;
     // A snapshot being received in chunks on this connection.
     let mut incoming = None;
+    // Whether the peer said hello to this node (`Msg::Hello`): Raft messages need it.
+    let mut greeted = false;
     while let Some((msg, tail)) = next_request(&mut s, ctx.max_frame).await? {
         served += 1;
         let raft = msg.is_raft();
         if raft && ctx.partition.is_on() {
+            return Ok(());
+        }
+        if let Msg::Hello { from, to } = msg {
+            if to != ctx.id {
+                let why = format!(
+                    "this is node {}, not node {to} (node {from} has a wrong address for it)",
+                    ctx.id
+                );
+                tracing::warn!(node = ctx.id, "refused a peer connection: {why}");
+                write_frame_max(&mut s, &Reply::Hello(Err(why)), &[], ctx.max_frame).await?;
+                return Ok(());
+            }
+            greeted = true;
+            write_frame_max(&mut s, &Reply::Hello(Ok(())), &[], ctx.max_frame).await?;
+            continue;
+        }
+        if msg.needs_hello() && !greeted {
+            let why = "a Raft message on a connection that did not say which node it is for (Hello first)";
+            write_frame_max(&mut s, &Reply::Error(why.into()), &[], ctx.max_frame).await?;
             return Ok(());
         }
         let reply = handle(ctx, msg, tail, &mut incoming).await;
@@ -173,6 +196,8 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incomi
         }),
         Msg::Claim(c) => Reply::Claim(crate::node::claims::propose(raft, &ctx.claims, c).await),
         Msg::Membership(change) => Reply::Membership(crate::node::membership::change(ctx, change).await),
+        // Answered by the connection loop, before any message that needs it.
+        Msg::Hello { .. } => Reply::Error("hello is answered once, first on a connection".into()),
         Msg::AlterState { command } => {
             Reply::Altered(crate::node::claims::alter(raft, ctx.id, ctx.allow_faults, &command).await)
         }

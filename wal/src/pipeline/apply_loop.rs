@@ -82,7 +82,10 @@ pub(crate) fn run<S: StateMachine>(
         }
         if core.opts.snapshot_every_entries.is_some_and(|n| l.since_snapshot >= n) {
             if let Err(e) = l.snapshot() {
-                eprintln!("wal pipeline: snapshot failed (the log is unaffected): {e}");
+                // A closed stderr must not panic the apply thread (it would fence the pipeline).
+                use std::io::Write;
+                let _ =
+                    writeln!(std::io::stderr(), "wal pipeline: snapshot failed (the log is unaffected): {e}");
             }
         }
         if l.closing && core.opts.commit == CommitPolicy::External {
