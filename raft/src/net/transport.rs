@@ -64,8 +64,11 @@ impl Addresses {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = fresh;
     }
 
-    pub fn get(&self, id: u64) -> Option<String> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+    /// The address node `id` has now, when it is not `known` (a read and a comparison per
+    /// call; an allocation only when the node moved).
+    pub fn moved(&self, id: u64, known: &str) -> Option<String> {
+        let book = self.0.read().unwrap_or_else(|e| e.into_inner());
+        book.get(&id).filter(|a| *a != known).cloned()
     }
 }
 
@@ -159,7 +162,7 @@ impl TcpNet {
             self.conn = None;
         }
         // The peer moved (a membership change set its new address): connect there.
-        if let Some(addr) = self.addresses.get(self.target).filter(|a| *a != self.addr) {
+        if let Some(addr) = self.addresses.moved(self.target, &self.addr) {
             tracing::info!(node = self.id, "node {} moved from {} to {addr}", self.target, self.addr);
             self.addr = addr;
             self.conn = None;

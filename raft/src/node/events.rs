@@ -20,31 +20,33 @@ use tracing::{error, info, warn};
 pub async fn watch(raft: RaftNode, id: u64, lease: Duration, addresses: Addresses) {
     let mut rx = raft.metrics();
     let mut role = None;
+    // The membership entry's log id last seen: the metrics change with every index, the
+    // membership rarely, so it is formatted and the address book rebuilt only when it moved.
     let mut members = None;
     let mut lease_held = None;
     loop {
         let (now, membership, held, stopped) = {
             let m = rx.borrow_and_update();
-            addresses.update(m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())));
+            let membership_id = *m.membership_config.log_id();
+            let membership = (members != Some(membership_id)).then(|| {
+                let mem = m.membership_config.membership();
+                addresses.update(mem.nodes().map(|(id, n)| (*id, n.addr.clone())));
+                (membership_id, m.membership_config.to_string())
+            });
             let held = (m.state == ServerState::Leader).then(|| {
                 m.last_quorum_acked.as_ref().is_some_and(|t| openraft::Instant::elapsed(&**t) < lease)
             });
             let stopped = m.running_state.as_ref().err().map(|e| e.to_string());
-            (
-                (format!("{:?}", m.state), m.current_term, m.current_leader),
-                m.membership_config.to_string(),
-                held,
-                stopped,
-            )
+            ((m.state, m.current_term, m.current_leader), membership, held, stopped)
         };
-        if role.as_ref() != Some(&now) {
-            let (state, term, leader) = &now;
-            info!(node = id, role = %state, term, leader = ?leader, "role");
+        if role != Some(now) {
+            let (state, term, leader) = now;
+            info!(node = id, role = ?state, term, leader = ?leader, "role");
             role = Some(now);
         }
-        if members.as_ref() != Some(&membership) {
-            info!(node = id, membership = %membership, "membership");
-            members = Some(membership);
+        if let Some((membership_id, text)) = membership {
+            info!(node = id, membership = %text, "membership");
+            members = Some(membership_id);
         }
         if held != lease_held {
             match held {
