@@ -151,7 +151,7 @@ fn cluster(dir: &std::path::Path) -> Cluster {
     let ids: BTreeMap<u64, String> = (1..=3).zip(addrs).collect();
     for (id, addr) in &ids {
         let mut p = Proc::new(BIN);
-        p.args(["run", "--id", &id.to_string(), "--listen", addr, "--data"])
+        p.args(["run", "--plaintext", "--id", &id.to_string(), "--listen", addr, "--data"])
             .arg(dir.join(format!("n{id}")))
             .stdout(Stdio::null())
             .stderr(Stdio::null());

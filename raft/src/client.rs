@@ -11,7 +11,11 @@
 //! ("connection refused" is not "maybe appended"). A kept connection that the node closed since
 //! the last request (it stopped or restarted) is replaced before anything is written on it
 //! ([`crate::net::idle`]), so a long-lived client whose whole cluster went away answers
-//! unavailable too, not Indeterminate. Once one attempt may have been sent, the
+//! unavailable too, not Indeterminate. A new connection is greeted (`Msg::Greet`) before a
+//! request is written on it (`net/stream.rs`): a listener that is not a node, and a node that
+//! refuses this client's credentials ([`Client::security`]), are found out with nothing sent; a
+//! write every node refused so is `Rejected` at once, without retrying until the deadline.
+//! Once one attempt may have been sent, the
 //! write can only end `Committed` or `Indeterminate`. A retry that finds its request id already
 //! applied is the write's success: it is answered `Committed` at the index where the write
 //! first applied (its outcome `Duplicate` of that index), not at the retry's own no-op entry.
@@ -49,7 +53,8 @@
 //! One request at a time per `Client` (it keeps one connection per node); use one per
 //! concurrent caller.
 
-use crate::net::frame::{read_frame_max, write_frame_max, TooLarge, MAX_FRAME_LEN};
+use crate::net::frame::{read_frame_max, write_frame_max, MAX_FRAME_LEN};
+use crate::net::stream::{is_refusal, not_a_node, Expect, Security, Stream};
 use crate::net::wire::{
     EntityView, MembershipChange, MembershipFailure, MembershipView, Msg, NodeMetrics, Reply, WriteReply,
 };
@@ -60,7 +65,6 @@ use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 /// The first per-attempt deadline of a write (see the module docs for why 300 ms).
@@ -90,7 +94,7 @@ struct CallFailed {
 #[derive(Debug)]
 pub struct Client {
     addrs: Vec<String>,
-    conns: Mutex<HashMap<String, TcpStream>>,
+    conns: Mutex<HashMap<String, Stream>>,
     /// The node that last committed a write of ours: the next write starts there (a write that
     /// started at the first node every time paid a redirect and its pause whenever another node
     /// led).
@@ -106,6 +110,9 @@ pub struct Client {
     /// The largest frame this client sends or reads ([`MAX_FRAME_LEN`] unless set): a write
     /// that does not fit is refused before it is sent.
     pub max_frame: usize,
+    /// How connections are made ([`Security::Plaintext`], loopback only, unless set): with
+    /// TLS, the certificate presented decides what this client may do (`net/access.rs`).
+    pub security: Security,
     ids: AtomicU64,
     /// Write attempts made (a request sent, or a connection tried for it), since creation.
     attempts: AtomicU64,
@@ -197,6 +204,7 @@ impl Client {
             call_timeout: CALL_TIMEOUT,
             write_deadline: WRITE_DEADLINE,
             max_frame: MAX_FRAME_LEN,
+            security: Security::Plaintext,
             ids: AtomicU64::new(id_seed()),
             attempts: AtomicU64::new(0),
         }
@@ -238,13 +246,14 @@ impl Client {
         let mut sent = false;
         // A kept connection the node has closed since (it stopped or restarted) is replaced
         // before anything is written: a request written into it would be "maybe sent".
-        if conns.get(addr).is_some_and(|s| !idle::reusable(s)) {
+        if conns.get(addr).is_some_and(|s| !idle::reusable(s.tcp())) {
             conns.remove(addr);
         }
         let r = tokio::time::timeout(bound, async {
             if !conns.contains_key(addr) {
-                let s = TcpStream::connect(addr).await?;
-                s.set_nodelay(true)?;
+                // Connected and greeted: a node that refuses this client's certificate (or
+                // its plaintext) says so here, before the request is sent.
+                let s = self.security.connect_greeted(addr, Expect::AnyNode, self.max_frame).await?;
                 conns.insert(addr.to_string(), s);
             }
             let Some(s) = conns.get_mut(addr) else { return Err(io::Error::other("no connection")) };
@@ -255,17 +264,13 @@ impl Client {
                 Ok(None) => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed the connection")),
                 // Bytes that are not a reply this client reads (its length field is past the
                 // limit): what answered may not be a node at all.
-                Err(e) => Err(match TooLarge::of(&e) {
-                    Some(t) => io::Error::new(
-                        e.kind(),
-                        format!("its reply is not one this client reads ({t}): is a walraft node listening there?"),
-                    ),
-                    None => e,
-                }),
+                Err(e) => Err(not_a_node(e)),
             }
         })
         .await
-        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, format!("no reply within {bound:?}"))));
+        .unwrap_or_else(|_| {
+            Err(io::Error::new(io::ErrorKind::TimedOut, format!("no reply within {bound:?}")))
+        });
         if r.is_err() {
             // A late reply must never be read as the answer to the next request.
             conns.remove(addr);
@@ -336,6 +341,9 @@ impl Client {
         // refusal again (docs/invariants.md I1: never "failed" for an entry that may still apply).
         let mut maybe_appended = false;
         let mut pause = PAUSE_MIN;
+        // Nodes that refused this client's credentials (`net/stream.rs`): when every node has,
+        // retrying cannot help; the write is Rejected at once.
+        let mut refused_by = HashSet::new();
         for _attempt in 0..10_000 {
             let left = self.write_deadline.saturating_sub(start.elapsed());
             if left.is_zero() {
@@ -393,6 +401,15 @@ impl Client {
                     // request id again at the same node, which now routes it anew.
                     maybe_appended = true;
                     last = w;
+                }
+                Err(CallFailed { sent: false, error }) if is_refusal(&error) => {
+                    refused_by.insert(route.target.clone());
+                    let why = format!("not appended: this client was refused ({error})");
+                    if self.addrs.iter().all(|a| refused_by.contains(a)) && !maybe_appended {
+                        return WriteReply::Rejected { why, retry: false };
+                    }
+                    last = WriteReply::Rejected { why, retry: false };
+                    route.rotate();
                 }
                 Err(CallFailed { sent: false, error }) => {
                     // Not connected: nothing reached that node, nothing can be appended.

@@ -43,6 +43,7 @@
 //! The node (binary `walraft-node`, [`node`], [`net`], [`client`]) and the offline checks
 //! ([`check`]) are described in the README's replication section.
 
+pub mod certs;
 pub mod check;
 pub mod claims;
 pub mod client;

@@ -33,6 +33,28 @@ fn closed_ports(n: usize) -> Vec<String> {
     ls.iter().map(|l| l.local_addr().unwrap().to_string()).collect()
 }
 
+/// Answers a client's greeting (`Msg::Greet`, first on every connection it opens) as node 1.
+async fn greet<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s: &mut S) {
+    let (msg, _): (Msg, Vec<u8>) = read_frame(s).await.unwrap().unwrap();
+    assert!(matches!(msg, Msg::Greet), "{msg:?}");
+    write_frame(s, &Reply::Greet { node: 1 }, &[]).await.unwrap();
+}
+
+/// A stand-in node that greets each connection, then reads the request and closes without a
+/// reply (it may have appended it); to be aborted.
+async fn greets_reads_then_closes() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move {
+        for _ in 0..1000 {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            greet(&mut s).await;
+            let _ = read_frame::<_, Msg>(&mut s).await;
+        }
+    });
+    (addr, server)
+}
+
 /// A listener that, on each connection, reads once (up to 4 KiB), writes `answer` and closes
 /// it; to be aborted.
 async fn reads_then_answers(answer: &'static [u8]) -> (String, tokio::task::JoinHandle<()>) {
@@ -66,7 +88,7 @@ async fn a_write_that_reached_no_node_is_rejected_as_unavailable() {
 async fn a_write_that_may_have_reached_a_node_stays_indeterminate() {
     // One node reads the request and closes without a reply (it may have appended it); the
     // others refuse connections. The write may be in a log: never Rejected.
-    let (addr, server) = reads_then_answers(b"").await;
+    let (addr, server) = greets_reads_then_closes().await;
     let mut addrs = vec![addr];
     addrs.extend(closed_ports(2));
     let r = client(addrs).write(&create()).await;
@@ -81,6 +103,7 @@ async fn answers_then_goes_away(writes: usize) -> (String, tokio::task::JoinHand
     let addr = listener.local_addr().unwrap().to_string();
     let node = tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
+        greet(&mut s).await;
         for i in 0..writes {
             let (msg, _): (Msg, Vec<u8>) = read_frame(&mut s).await.unwrap().unwrap();
             assert!(matches!(msg, Msg::Write { .. }), "{msg:?}");
@@ -112,18 +135,19 @@ async fn a_write_to_a_cluster_gone_since_the_last_write_is_rejected_not_indeterm
     );
 }
 
-/// Something else listens at a node's address (a web server, say): it reads the request and
-/// answers with bytes that are not a frame. The client neither panics nor waits for its
-/// deadline on one attempt: the answer names the address and what came back. It stays
-/// Indeterminate: whatever listens there did read the request, and the client cannot prove it
-/// is not a node.
+/// Something else listens at a node's address (a web server, say): it reads what the client
+/// sends and answers with bytes that are not a frame. The client neither panics nor waits for
+/// its deadline on one attempt: the answer names the address and what came back. What it read
+/// was the client's greeting, never the write (which is sent only once a node answered the
+/// greeting): Rejected, not appended. (Before the greeting the write itself was sent, and the
+/// answer had to be Indeterminate: the client could not prove the listener was not a node.)
 #[tokio::test]
 async fn a_write_to_an_address_that_speaks_something_else_names_it() {
     let (addr, server) = reads_then_answers(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
     let c = client(vec![addr.clone()]);
     let r = c.write(&create()).await;
     server.abort();
-    let WriteReply::Indeterminate { why } = &r else { panic!("{r:?}") };
+    let WriteReply::Rejected { why, .. } = &r else { panic!("{r:?}") };
     assert!(why.contains(&addr), "{why}");
     assert!(why.contains("is a walraft node listening there?"), "{why}");
 }

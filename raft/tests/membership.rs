@@ -157,7 +157,7 @@ async fn add_promote_remove_replace_and_move_nodes_under_writes() {
     let fake_addr = format!("127.0.0.1:{}", spare[3]);
     let fake_dir = c.dir.path().join("fake");
     let mut fake = std::process::Command::new(support::BIN)
-        .args(["run", "--id", &mover.to_string(), "--listen", &fake_addr, "--data"])
+        .args(["run", "--plaintext", "--id", &mover.to_string(), "--listen", &fake_addr, "--data"])
         .arg(&fake_dir)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

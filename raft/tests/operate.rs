@@ -119,8 +119,8 @@ async fn status_metrics_logs_and_pid_files_tell_an_operator_what_the_cluster_doe
     for args in [
         vec!["check", data[0].as_str()],
         vec!["compare", data[0].as_str(), data[1].as_str(), data[2].as_str()],
-        vec!["client", "--node", all[0].as_str(), "status"],
-        vec!["client", "--node", all[0].as_str(), "metrics", "--json"],
+        vec!["client", "--plaintext", "--node", all[0].as_str(), "status"],
+        vec!["client", "--plaintext", "--node", all[0].as_str(), "metrics", "--json"],
     ] {
         let normal = Command::new(BIN).args(&args).output().unwrap().status.code();
         let (code, stderr) = into_closed_pipe(&args);
@@ -151,7 +151,7 @@ fn the_cluster_guide_runs_as_written() {
         }
     }
     assert!(
-        script.contains("$C create") && script.contains("$C promote") && script.contains("$N compare"),
+        script.contains("$C create") && script.contains("$A promote") && script.contains("$N compare"),
         "{script}"
     );
     let dir = tempfile::tempdir().unwrap();

@@ -132,6 +132,7 @@ async fn a_write_forwarded_to_a_leader_with_a_smaller_limit_is_rejected() {
         addrs: (1..=3u64).zip(ports).map(|(i, p)| (i, format!("127.0.0.1:{p}"))).collect(),
         children: Default::default(),
         extra: vec!["--max-frame-bytes".into(), LIMIT.to_string()],
+        pki: None,
     };
     c.spawn(1);
     c.spawn(2);
@@ -205,7 +206,7 @@ fn the_command_line_client_exits_rejected_for_an_oversized_write() {
     let (l, addr) = silent_node();
     let props = "p".repeat(20 << 10);
     let out = std::process::Command::new(BIN)
-        .args(["client", "--node", &addr, "--max-frame-bytes", &LIMIT.to_string()])
+        .args(["client", "--plaintext", "--node", &addr, "--max-frame-bytes", &LIMIT.to_string()])
         .args(["--write-deadline-ms", "600000", "create", "--kind", "metalake", "--name", "big"])
         .args(["--props", &props])
         .output()

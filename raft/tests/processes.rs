@@ -354,7 +354,7 @@ async fn a_divergent_node_refuses_to_start_and_says_why() {
     }
     let port = free_ports(1)[0];
     let mut child = Command::new(BIN)
-        .args(["run", "--id", "1", "--listen", &format!("127.0.0.1:{port}"), "--data"])
+        .args(["run", "--plaintext", "--id", "1", "--listen", &format!("127.0.0.1:{port}"), "--data"])
         .arg(data)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

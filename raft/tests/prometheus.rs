@@ -49,7 +49,10 @@ fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
 
 /// `client metrics --json` of the node at `addr`: its `metrics` object.
 fn json_metrics(addr: &str) -> serde_json::Value {
-    let o = Command::new(BIN).args(["client", "--node", addr, "metrics", "--json"]).output().unwrap();
+    let o = Command::new(BIN)
+        .args(["client", "--plaintext", "--node", addr, "metrics", "--json"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let line: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     line["metrics"].clone()
@@ -66,6 +69,7 @@ async fn metrics_endpoint_exports_the_writers_histogram_and_the_nodes_view() {
         addrs: (1..=3u64).zip(&ports[..3]).map(|(i, p)| (i, at(*p))).collect(),
         children: Default::default(),
         extra: vec![],
+        pki: None,
     };
     let scrape_at: BTreeMap<u64, String> = (1..=3u64).zip(&ports[3..]).map(|(i, p)| (i, at(*p))).collect();
     for id in 1..=3 {

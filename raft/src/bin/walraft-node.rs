@@ -11,6 +11,9 @@
 //! `status` 7 when no leader holds its lease. Membership changes (`add-learner`, `promote`, `remove`,
 //! `set-address`): 0 done, 2 refused (nothing changed), 3 indeterminate (it failed or timed out
 //! after it was sent: part of it may have been made), 5 no leader answered (nothing sent).
+//! `certs`: 0 issued, 1 on an error (an identity directory that exists: nothing is overwritten or
+//! half issued). `run` and `client` need `--tls DIR` or `--plaintext` (loopback only); a `--tls`
+//! directory that cannot be used (its file named) is a usage error too.
 //! `check`/`compare`: walcheck's codes. A usage
 //! error (bad arguments) exits 64, as walcheck's do: clap's default 2 is `client`'s REJECTED.
 //! Reports written into a closed pipe stop quietly, with the same exit code.
@@ -22,6 +25,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use wal_raft::client::Client;
+use wal_raft::net::stream::Security;
 use wal_raft::net::wire::{MembershipChange, MembershipFailure, WriteReply};
 use wal_raft::node::{start, NodeConfig, Started};
 use wal_raft::Response;
@@ -110,8 +114,24 @@ enum Cmd {
         /// over its limit REJECTED too, without reading it).
         #[arg(long, default_value_t = wal_raft::net::frame::MAX_FRAME_LEN)]
         max_frame_bytes: usize,
+        #[command(flatten)]
+        security: SecurityArgs,
         #[command(subcommand)]
         op: Op,
+    },
+    /// Issue a cluster's certificate authority (if DIR has none) and certificates for nodes
+    /// and clients, each in a directory to give to --tls (DIR/node-N, DIR/admin, DIR/writer).
+    Certs {
+        /// Where the authority is (or is made) and the certificates go.
+        #[arg(long)]
+        dir: PathBuf,
+        /// A node id to issue a certificate for (repeat).
+        #[arg(long = "node")]
+        nodes: Vec<u64>,
+        /// A client role to issue a certificate for (repeat): writer (writes), admin
+        /// (membership changes).
+        #[arg(long = "client", value_enum)]
+        clients: Vec<ClientRole>,
     },
     /// Verify a node's data directory offline: CRC verdict and state verdict (walcheck's codes).
     Check { dir: PathBuf },
@@ -120,6 +140,35 @@ enum Cmd {
         #[arg(required = true, num_args = 2..)]
         dirs: Vec<PathBuf>,
     },
+}
+
+/// How connections are secured: exactly one of the two (plaintext is never a silent default).
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+struct SecurityArgs {
+    /// Mutual TLS with the directory's ca.pem, cert.pem and key.pem (`walraft-node certs`
+    /// writes them); re-read when they change, without a restart.
+    #[arg(long, value_name = "DIR")]
+    tls: Option<PathBuf>,
+    /// No TLS: only between loopback addresses (refused for any other), and every local
+    /// process is trusted with everything.
+    #[arg(long)]
+    plaintext: bool,
+}
+
+impl SecurityArgs {
+    fn security(&self) -> Result<Security, String> {
+        match &self.tls {
+            Some(dir) => Security::tls(dir).map_err(|e| format!("--tls: {e}")),
+            None => Ok(Security::Plaintext),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ClientRole {
+    Writer,
+    Admin,
 }
 
 #[derive(Args, Debug)]
@@ -174,6 +223,8 @@ struct RunArgs {
     /// served unless given.
     #[arg(long)]
     metrics_listen: Option<String>,
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -310,13 +361,21 @@ fn main() -> ExitCode {
     };
     let code = match cli.cmd {
         Cmd::Run(a) => rt.block_on(run(a)),
-        Cmd::Client { nodes, attempt_timeout_ms, write_deadline_ms, max_frame_bytes, op } => {
+        Cmd::Client { nodes, attempt_timeout_ms, write_deadline_ms, max_frame_bytes, security, op } => {
             let mut c = Client::new(nodes.clone());
+            c.security = match security.security() {
+                Ok(s) => s,
+                Err(e) => {
+                    eout!("walraft-node client: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
             c.attempt_timeout = Duration::from_millis(attempt_timeout_ms);
             c.write_deadline = Duration::from_millis(write_deadline_ms);
             c.max_frame = max_frame_bytes;
             rt.block_on(client(c, nodes, op))
         }
+        Cmd::Certs { dir, nodes, clients } => certs(&dir, &nodes, &clients),
         Cmd::Check { dir } => {
             let c = wal_raft::check::check(&dir);
             out!("{}", c.summary());
@@ -329,6 +388,35 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// `certs`: 0 when every certificate was issued, 64 when none was asked for, 1 on an error
+/// (nothing is overwritten: an identity directory that exists is an error).
+fn certs(dir: &std::path::Path, nodes: &[u64], clients: &[ClientRole]) -> i32 {
+    use wal_raft::certs::Role;
+    if nodes.is_empty() && clients.is_empty() {
+        eout!("walraft-node certs: nothing to issue: give --node ID or --client ROLE");
+        return i32::from(EXIT_USAGE);
+    }
+    let roles: Vec<Role> = clients
+        .iter()
+        .map(|c| match c {
+            ClientRole::Writer => Role::Writer,
+            ClientRole::Admin => Role::Admin,
+        })
+        .collect();
+    match wal_raft::certs::issue_all(dir, nodes, &roles) {
+        Ok(made) => {
+            for d in made {
+                out!("{}", d.display());
+            }
+            0
+        }
+        Err(e) => {
+            eout!("walraft-node certs: {e}");
+            1
+        }
+    }
 }
 
 /// `DATA/node.pid` while `run` runs: written at start, removed when `run` returns.
@@ -371,6 +459,13 @@ async fn run(a: RunArgs) -> i32 {
         );
         return i32::from(EXIT_USAGE);
     }
+    let security = match a.security.security() {
+        Ok(s) => s,
+        Err(e) => {
+            eout!("walraft-node {}: {e}", a.id);
+            return i32::from(EXIT_USAGE);
+        }
+    };
     let peers: BTreeMap<u64, String> = a.peers.into_iter().collect();
     let mut cfg = NodeConfig::new(a.id, a.listen, peers, a.data);
     cfg.initialize = a.initialize;
@@ -385,6 +480,7 @@ async fn run(a: RunArgs) -> i32 {
     cfg.write_timeout = Duration::from_millis(a.write_timeout_ms);
     cfg.max_frame_bytes = a.max_frame_bytes;
     cfg.metrics_listen = a.metrics_listen;
+    cfg.security = security;
     let id = cfg.id;
     let data = cfg.data_dir.clone();
     if cfg.unsafe_leader_restore {

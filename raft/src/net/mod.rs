@@ -1,10 +1,14 @@
-//! Raft over TCP on loopback (or any address): the frame, the messages, openraft's network.
+//! Raft over TCP, with mutual TLS or plaintext on loopback: the frame, the messages, who may
+//! send which, openraft's network.
 
+pub mod access;
 pub mod append;
 pub mod chunks;
 pub mod failures;
 pub mod frame;
 pub mod idle;
 pub mod limit;
+pub mod stream;
+pub mod tls;
 pub mod transport;
 pub mod wire;

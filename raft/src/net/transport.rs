@@ -1,4 +1,4 @@
-//! openraft's network over TCP: one connection per (target, openraft client), request and
+//! openraft's network over TCP (mutual TLS, or plaintext on loopback: `net/stream.rs`): one connection per (target, openraft client), request and
 //! reply in lockstep, reconnected on the next call after any failure or when the peer closed it
 //! since the last call (`net/idle.rs`).
 //!
@@ -18,6 +18,7 @@ use crate::net::chunks::{chunk_len, pieces};
 use crate::net::failures::FailureLog;
 use crate::net::frame::{read_frame_max, write_frame_max};
 use crate::net::idle;
+use crate::net::stream::{Expect, Security, Stream};
 use crate::net::wire::{Msg, Reply};
 use crate::{SnapshotData, TypeConfig, Vote};
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -32,7 +33,6 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 
 /// The test-only fault switch shared by a node's server and its network: while on, every Raft
 /// RPC in or out is dropped (the node is partitioned from its peers; clients still reach it).
@@ -81,6 +81,9 @@ pub struct TcpNetFactory {
     pub id: u64,
     pub max_frame: usize,
     pub addresses: Addresses,
+    /// Each connection is to node `target` and no other: with TLS its certificate must name
+    /// it (`net/stream.rs`).
+    pub security: Security,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetFactory {
@@ -96,6 +99,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetFactory {
             max_frame: self.max_frame,
             failures: FailureLog::default(),
             addresses: self.addresses.clone(),
+            security: self.security.clone(),
         }
     }
 }
@@ -106,11 +110,12 @@ pub struct TcpNet {
     id: u64,
     target: u64,
     addr: String,
-    conn: Option<TcpStream>,
+    conn: Option<Stream>,
     partition: Partition,
     max_frame: usize,
     failures: FailureLog,
     addresses: Addresses,
+    security: Security,
 }
 
 fn unreachable(e: impl std::fmt::Display) -> Unreachable<TypeConfig> {
@@ -158,7 +163,7 @@ impl TcpNet {
     async fn exchange(&mut self, msg: &Msg, tail: &[u8]) -> io::Result<Reply> {
         // A connection the peer closed since the last call (it restarted): a new one, rather
         // than a failed call and openraft's backoff.
-        if self.conn.as_ref().is_some_and(|s| !idle::reusable(s)) {
+        if self.conn.as_ref().is_some_and(|s| !idle::reusable(s.tcp())) {
             self.conn = None;
         }
         // The peer moved (a membership change set its new address): connect there.
@@ -168,8 +173,7 @@ impl TcpNet {
             self.conn = None;
         }
         if self.conn.is_none() {
-            let mut s = TcpStream::connect(&self.addr).await?;
-            s.set_nodelay(true)?;
+            let mut s = self.security.connect(&self.addr, Expect::Node(self.target)).await?;
             // Say which node this connection is for: a wrong address reaches no node under an
             // id that is not its own (`Msg::Hello`).
             let hello = Msg::Hello { from: self.id, to: self.target };

@@ -59,6 +59,10 @@ pub enum Msg {
     /// address (a typo in `add-learner`, a stale address book, a port another node took over)
     /// reaches no node under an id that is not its own.
     Hello { from: u64, to: u64 },
+    /// First on every connection a client (or a node forwarding a write or a claim) opens,
+    /// before any request: answered with the node's id. A refused certificate shows here, not
+    /// as the failure of a write that was already sent (`net/stream.rs`).
+    Greet,
 }
 
 /// A change of the cluster's membership an operator asks for.
@@ -150,6 +154,14 @@ pub enum Reply {
     Membership(Result<MembershipView, MembershipFailure>),
     /// The answer to [`Msg::Hello`]: this node is the one meant, or who it is instead.
     Hello(Result<(), String>),
+    /// The answer to [`Msg::Greet`]: which node this is.
+    Greet {
+        node: u64,
+    },
+    /// The connection was refused before any of it was read (a plaintext peer at a TLS node, a
+    /// non-loopback peer at a plaintext node, a certificate naming no role): nothing was done.
+    /// The node closes the connection after it.
+    Refused(String),
     /// The request could not be served at all (with why).
     Error(String),
     /// The request's frame was longer than this node's limit: it was not read (its body was

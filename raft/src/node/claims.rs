@@ -16,6 +16,7 @@
 use crate::claims::{Claim, ClaimStats, CLAIM_MAX_LAG};
 use crate::fence::Fence;
 use crate::net::frame::{read_frame_max, write_frame_max};
+use crate::net::stream::{Expect, Security, Stream};
 use crate::net::transport::Partition;
 use crate::net::wire::{Msg, Reply, WriteReply};
 use crate::node::RaftNode;
@@ -24,7 +25,6 @@ use openraft::async_runtime::WatchReceiver;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// How many claims may wait to be sent; more are dropped.
 pub const CLAIM_QUEUE: usize = 64;
@@ -91,8 +91,9 @@ pub async fn run(
     mut rx: tokio::sync::mpsc::Receiver<Claim>,
     partition: Partition,
     max_frame: usize,
+    security: Security,
 ) {
-    let mut conn: Option<(String, TcpStream)> = None;
+    let mut conn: Option<(String, Stream)> = None;
     while let Some(c) = rx.recv().await {
         let (leader, end, addr) = {
             let m = raft.metrics().borrow_watched().clone();
@@ -108,7 +109,9 @@ pub async fn run(
         } else {
             match (leader, addr) {
                 (Some(l), _) if l == claims.id => propose(&raft, &claims, c).await,
-                (Some(_), Some(addr)) if !partition.is_on() => send(&mut conn, &addr, c, max_frame).await,
+                (Some(l), Some(addr)) if !partition.is_on() => {
+                    send(&mut conn, (l, &addr), c, max_frame, &security).await
+                }
                 _ => Err("no leader reachable".to_string()),
             }
         };
@@ -119,17 +122,21 @@ pub async fn run(
     }
 }
 
-/// Sends `c` to the leader at `addr` on the kept connection (made anew after any failure).
+/// Sends `c` to the leader (its id and address) on the kept connection (made anew after any
+/// failure).
 async fn send(
-    conn: &mut Option<(String, TcpStream)>,
-    addr: &str,
+    conn: &mut Option<(String, Stream)>,
+    (leader, addr): (u64, &str),
     c: Claim,
     max_frame: usize,
+    security: &Security,
 ) -> Result<(), String> {
     let r = tokio::time::timeout(SEND_TIMEOUT, async {
         if conn.as_ref().is_none_or(|(a, _)| a != addr) {
-            let s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            let s = security
+                .connect_greeted(addr, Expect::Node(leader), max_frame)
+                .await
+                .map_err(|e| e.to_string())?;
             *conn = Some((addr.to_string(), s));
         }
         let Some((_, s)) = conn.as_mut() else { return Err("no connection".to_string()) };
@@ -180,7 +187,7 @@ pub async fn alter(
 pub fn fenced_reply(msg: &Msg, node: u64, why: &str) -> Option<Reply> {
     let fenced = format!("node {node} is fenced (its state diverged from a majority's): {why}");
     match msg {
-        Msg::Metrics | Msg::Partition { .. } => None,
+        Msg::Metrics | Msg::Partition { .. } | Msg::Greet => None,
         // Nothing was appended here: the client may write elsewhere.
         Msg::Write { .. } => {
             Some(Reply::Write(WriteReply::Rejected { why: format!("not appended: {fenced}"), retry: true }))

@@ -261,6 +261,7 @@ async fn check_address(
 async fn who_is_at(ctx: &Ctx, addr: &str) -> std::io::Result<crate::net::wire::NodeMetrics> {
     let mut c = crate::client::Client::new(vec![addr.to_string()]);
     c.max_frame = ctx.max_frame;
+    c.security = ctx.security.clone();
     tokio::time::timeout(std::time::Duration::from_secs(3), c.metrics(addr))
         .await
         .map_err(|_| std::io::Error::other("no answer within 3 s"))?

@@ -27,6 +27,7 @@ pub mod server;
 pub mod stall;
 
 use crate::fence::Fence;
+use crate::net::stream::Security;
 use crate::net::transport::{Partition, TcpNetFactory};
 use crate::{
     log_options, start_role, ClaimConfig, LogStore, StartRole, StateMachineStore, StateVerdict, TypeConfig,
@@ -84,6 +85,10 @@ pub struct NodeConfig {
     /// Where to serve `GET /metrics` (the Prometheus text format, [`prometheus`]) over plain
     /// HTTP; `None` (the default): not served.
     pub metrics_listen: Option<String>,
+    /// How the node's port and its connections to peers are secured: mutual TLS, or plaintext
+    /// between loopback addresses only (`net/stream.rs`; `start` refuses a plaintext node a
+    /// non-loopback address). [`NodeConfig::new`] gives plaintext, for loopback tests.
+    pub security: Security,
 }
 
 impl NodeConfig {
@@ -113,6 +118,7 @@ impl NodeConfig {
             segment_len_bytes: 4 << 20,
             max_frame_bytes: crate::net::frame::MAX_FRAME_LEN,
             metrics_listen: None,
+            security: Security::Plaintext,
         }
     }
 
@@ -187,6 +193,11 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     if let Some(why) = crate::fence::read(&cfg.data_dir)? {
         return Ok(Started::Fenced { why });
     }
+    // Before anything is opened: a node whose certificate or peers cannot work does not start.
+    cfg.security.check_node(cfg.id)?;
+    for peer in cfg.peers.values().chain([&cfg.listen]) {
+        cfg.security.check_peer(peer)?;
+    }
     let voters = cfg.peers.len() as u64 + 1;
     if cfg.checkpoint_every <= voters {
         // Each claim index adds up to one claim entry per voter after it: with an interval that
@@ -221,6 +232,7 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     let io_stats = log.io_stats_handle();
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
+    cfg.security.check_listen(addr)?;
     let metrics_listener = match &cfg.metrics_listen {
         Some(at) => Some(
             tokio::net::TcpListener::bind(at)
@@ -239,8 +251,13 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         )));
     }
     let addresses = crate::net::transport::Addresses::default();
-    let net =
-        TcpNetFactory { partition: partition.clone(), id: cfg.id, max_frame, addresses: addresses.clone() };
+    let net = TcpNetFactory {
+        partition: partition.clone(),
+        id: cfg.id,
+        max_frame,
+        addresses: addresses.clone(),
+        security: cfg.security.clone(),
+    };
     let raft = Raft::new(cfg.id, cfg.raft_config()?, net, log, sm)
         .await
         .map_err(|e| io::Error::other(format!("starting raft: {e}")))?;
@@ -268,8 +285,10 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         claims: claims.clone(),
         checkpoint_every: cfg.checkpoint_every,
         membership_lock: tokio::sync::Mutex::new(()),
+        security: cfg.security.clone(),
     };
-    let claimer = tokio::spawn(claims::run(raft.clone(), claims, claim_rx, partition, max_frame));
+    let claimer =
+        tokio::spawn(claims::run(raft.clone(), claims, claim_rx, partition, max_frame, cfg.security.clone()));
     let ctx = Arc::new(ctx);
     let metrics = metrics_listener.map(|l| tokio::spawn(prometheus::serve(l, ctx.clone())));
     let server = tokio::spawn(server::serve(listener, ctx));

@@ -1,5 +1,12 @@
 //! A node's TCP port: one task per connection, one reply frame per request frame.
 //!
+//! - A connection is served only once `net/stream.rs` accepted it (mutual TLS and a certificate
+//!   naming a role, or plaintext between loopback addresses), and each request only if that
+//!   identity may ask it (`net/access.rs`): a write needs a writer's or a node's certificate, a
+//!   membership change or a fault switch an admin's, a Raft message or a claim the sending
+//!   node's own. A refused write is answered Rejected (nothing appended), a refused membership
+//!   change Refused; a refused Raft message closes the connection unanswered, as a stranger's
+//!   would be, and never reaches openraft.
 //! - A request frame longer than this node's limit is answered `Reply::TooLarge` (its length
 //!   and the limit), its body skipped, and the connection kept (`next_request`; why skip
 //!   and not close: `net/frame.rs`); a length past any frame a conforming peer sends is
@@ -33,10 +40,12 @@
 //!   fenced itself answers only metrics and the partition switch: a write is Rejected (nothing
 //!   was appended here), everything else an error naming the fence.
 
+use crate::net::access::Identity;
 use crate::net::chunks::{self, Chunk, Incoming};
 use crate::net::frame::{read_frame_max, read_next, skip_body, write_frame_max, Next};
+use crate::net::stream::{Expect, Security, Stream};
 use crate::net::transport::Partition;
-use crate::net::wire::{EntityView, Msg, NodeMetrics, Reply, WriteReply};
+use crate::net::wire::{EntityView, MembershipFailure, Msg, NodeMetrics, Reply, WriteReply};
 use crate::net::{idle, limit};
 use crate::node::{stall, RaftNode};
 use crate::{Request, StateMachineStore};
@@ -46,7 +55,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// What every connection task shares.
 #[derive(Debug)]
@@ -67,7 +76,9 @@ pub struct Ctx {
     /// The largest frame this node reads or writes (`NodeConfig::max_frame_bytes`).
     pub max_frame: usize,
     /// Idle connections to other nodes' ports, for forwarded writes.
-    pub forward_pool: tokio::sync::Mutex<std::collections::HashMap<String, Vec<TcpStream>>>,
+    pub forward_pool: tokio::sync::Mutex<std::collections::HashMap<String, Vec<Stream>>>,
+    /// How connections are secured, accepted and opened (`net/stream.rs`).
+    pub security: Security,
     /// Digest claims (`node/claims.rs`) and this node's fence.
     pub claims: Arc<crate::node::claims::Claims>,
     /// Claim indexes are its multiples (`NodeConfig::checkpoint_every`): more than the voters.
@@ -83,8 +94,15 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
             Ok((s, _)) => {
                 let ctx = ctx.clone();
                 tokio::spawn(async move {
+                    let (s, who) = match ctx.security.accept(s, ctx.max_frame).await {
+                        Ok(a) => a,
+                        Err(why) => {
+                            tracing::warn!(node = ctx.id, "refused a connection: {why}");
+                            return;
+                        }
+                    };
                     // A connection's failure ends that connection only.
-                    let _ = connection(s, &ctx).await;
+                    let _ = connection(s, &who, &ctx).await;
                 });
             }
             // Out of descriptors or similar: wait a little rather than spin.
@@ -93,8 +111,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
-async fn connection(mut s: TcpStream, ctx: &Ctx) -> io::Result<()> {
-    s.set_nodelay(true)?;
+async fn connection(mut s: Stream, who: &Identity, ctx: &Ctx) -> io::Result<()> {
     let mut served = 0u64;
     // A snapshot being received in chunks on this connection.
     let mut incoming = None;
@@ -105,6 +122,26 @@ async fn connection(mut s: TcpStream, ctx: &Ctx) -> io::Result<()> {
         let raft = msg.is_raft();
         if raft && ctx.partition.is_on() {
             return Ok(());
+        }
+        if let Err(why) = who.permits(&msg) {
+            let denied = match &msg {
+                Msg::Write { .. } => {
+                    Reply::Write(WriteReply::Rejected { why: format!("not appended: {why}"), retry: false })
+                }
+                Msg::Membership(_) => Reply::Membership(Err(MembershipFailure::Refused(why.clone()))),
+                Msg::Hello { .. } => Reply::Hello(Err(why.clone())),
+                m if m.is_raft() => {
+                    tracing::warn!(node = ctx.id, "closed a connection that sent a Raft message: {why}");
+                    return Ok(());
+                }
+                _ => Reply::Error(why.clone()),
+            };
+            tracing::warn!(node = ctx.id, "refused a request: {why}");
+            write_frame_max(&mut s, &denied, &[], ctx.max_frame).await?;
+            if matches!(msg, Msg::Hello { .. }) {
+                return Ok(());
+            }
+            continue;
         }
         if let Msg::Hello { from, to } = msg {
             if to != ctx.id {
@@ -196,6 +233,7 @@ async fn handle(ctx: &Ctx, msg: Msg, tail: Vec<u8>, incoming: &mut Option<Incomi
         }),
         Msg::Claim(c) => Reply::Claim(crate::node::claims::propose(raft, &ctx.claims, c).await),
         Msg::Membership(change) => Reply::Membership(crate::node::membership::change(ctx, change).await),
+        Msg::Greet => Reply::Greet { node: ctx.id },
         // Answered by the connection loop, before any message that needs it.
         Msg::Hello { .. } => Reply::Error("hello is answered once, first on a connection".into()),
         Msg::AlterState { command } => {
@@ -240,18 +278,18 @@ async fn forward_to(
         .lock()
         .await
         .get_mut(addr)
-        .and_then(|conns| std::iter::from_fn(|| conns.pop()).find(idle::reusable));
+        .and_then(|conns| std::iter::from_fn(|| conns.pop()).find(|s| idle::reusable(s.tcp())));
     let mut s = match kept {
         Some(s) => s,
         None => {
-            let connect = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await;
-            let s = match connect {
+            // Connected and greeted (the leader accepted this node's certificate) before the
+            // write is sent: a refusal here sent nothing.
+            let connect = ctx.security.connect_greeted(addr, Expect::Node(leader), ctx.max_frame);
+            match tokio::time::timeout(Duration::from_secs(1), connect).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => return Err((false, format!("connecting to {addr}: {e}"))),
                 Err(_) => return Err((false, format!("connecting to {addr}: timed out"))),
-            };
-            s.set_nodelay(true).map_err(|e| (false, e.to_string()))?;
-            s
+            }
         }
     };
     // The leader answers within its own write timeout; a little more for the hop.

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use wal_raft::client::Client;
+use wal_raft::net::stream::Security;
 use wal_raft::net::wire::{NodeMetrics, WriteReply};
 use wal_raft::Response;
 
@@ -39,6 +40,9 @@ pub struct Cluster {
     pub addrs: BTreeMap<u64, String>,
     pub children: BTreeMap<u64, Child>,
     pub extra: Vec<String>,
+    /// With TLS: the directory `walraft-node certs` wrote (node-N, writer, admin inside), and
+    /// node N runs with `--tls PKI/node-N`; `None`: every node runs `--plaintext`.
+    pub pki: Option<PathBuf>,
 }
 
 impl Drop for Cluster {
@@ -76,12 +80,26 @@ impl Cluster {
         Cluster::start_with(BIN.into(), extra.iter().map(|s| s.to_string()).collect())
     }
 
+    /// [`Cluster::start`] with mutual TLS: an authority and certificates for nodes 1-5 and
+    /// both client roles, issued as `walraft-node certs` does, in the cluster's directory.
+    #[cfg(test)]
+    pub fn start_tls(extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        let roles = [wal_raft::certs::Role::Writer, wal_raft::certs::Role::Admin];
+        wal_raft::certs::issue_all(&pki, &[1, 2, 3, 4, 5], &roles).unwrap();
+        Cluster::start_in(BIN.into(), extra.iter().map(|s| s.to_string()).collect(), dir, Some(pki))
+    }
+
     /// [`Cluster::start`] with the binary `bin`.
     pub fn start_with(bin: PathBuf, extra: Vec<String>) -> Cluster {
+        Cluster::start_in(bin, extra, tempfile::tempdir().unwrap(), None)
+    }
+
+    fn start_in(bin: PathBuf, extra: Vec<String>, dir: tempfile::TempDir, pki: Option<PathBuf>) -> Cluster {
         let ports = free_ports(3);
         let addrs = (1..=3u64).zip(ports).map(|(i, p)| (i, format!("127.0.0.1:{p}"))).collect();
-        let mut c =
-            Cluster { bin, dir: tempfile::tempdir().unwrap(), addrs, children: BTreeMap::new(), extra };
+        let mut c = Cluster { bin, dir, addrs, children: BTreeMap::new(), extra, pki };
         for id in 1..=3 {
             c.spawn(id);
         }
@@ -123,6 +141,10 @@ impl Cluster {
         cmd.args(["run", "--id", &id.to_string(), "--listen", &self.addr(id), "--data"])
             .arg(self.data(id))
             .arg("--allow-faults")
+            .args(match &self.pki {
+                Some(pki) => vec!["--tls".into(), pki.join(format!("node-{id}"))],
+                None => vec![PathBuf::from("--plaintext")],
+            })
             .args(self.defaults_not_overridden())
             .args(&self.extra)
             .stdin(Stdio::null())
@@ -228,8 +250,19 @@ impl Cluster {
         out
     }
 
+    /// The security of a client holding `who`'s certificate (`writer`, `admin`, `node-N`), or
+    /// plaintext for a plaintext cluster.
+    pub fn security(&self, who: &str) -> Security {
+        match &self.pki {
+            Some(pki) => Security::tls(&pki.join(who)).unwrap(),
+            None => Security::Plaintext,
+        }
+    }
+
+    /// A client of nodes `ids` (with TLS, holding the writer's certificate).
     pub fn client(&self, ids: &[u64]) -> Client {
         let mut c = Client::new(ids.iter().map(|i| self.addr(*i)).collect());
+        c.security = self.security("writer");
         c.call_timeout = Duration::from_secs(5);
         c.write_deadline = Duration::from_secs(15);
         c
@@ -241,7 +274,7 @@ impl Cluster {
     }
 
     pub async fn metrics(&self, id: u64) -> Option<NodeMetrics> {
-        metrics_at(&self.addr(id), Duration::from_secs(2)).await
+        metrics_with(&self.security("writer"), &self.addr(id), Duration::from_secs(2)).await
     }
 
     /// A leader among `among` that a majority of `among` agrees on (bounded).
@@ -269,7 +302,7 @@ impl Cluster {
     /// same digest; returns (index, digest).
     pub async fn converged(&self, ids: &[u64], at_least: u64) -> (u64, String) {
         let addrs: Vec<String> = ids.iter().map(|i| self.addr(*i)).collect();
-        match agreement(&addrs, at_least, WAIT).await {
+        match agreement_with(&self.security("writer"), &addrs, at_least, WAIT).await {
             Ok(m) => (m.last_applied.unwrap_or(0), m.digest),
             Err(e) => panic!("nodes {ids:?}: {e}\n{}", self.outputs(ids)),
         }
@@ -278,7 +311,13 @@ impl Cluster {
 
 /// The metrics of the node at `addr`, or `None` when it does not answer within `within`.
 pub async fn metrics_at(addr: &str, within: Duration) -> Option<NodeMetrics> {
+    metrics_with(&Security::Plaintext, addr, within).await
+}
+
+/// [`metrics_at`] over `security`.
+pub async fn metrics_with(security: &Security, addr: &str, within: Duration) -> Option<NodeMetrics> {
     let mut c = Client::new(vec![addr.to_string()]);
+    c.security = security.clone();
     c.call_timeout = within;
     tokio::time::timeout(within, c.metrics(addr)).await.ok()?.ok()
 }
@@ -288,12 +327,22 @@ pub async fn metrics_at(addr: &str, within: Duration) -> Option<NodeMetrics> {
 /// index with different digests end the wait at once (at one applied index a digest never
 /// changes: they would never agree). The error says where each node was.
 pub async fn agreement(addrs: &[String], at_least: u64, bound: Duration) -> Result<NodeMetrics, String> {
+    agreement_with(&Security::Plaintext, addrs, at_least, bound).await
+}
+
+/// [`agreement`] over `security`.
+pub async fn agreement_with(
+    security: &Security,
+    addrs: &[String],
+    at_least: u64,
+    bound: Duration,
+) -> Result<NodeMetrics, String> {
     let t = Instant::now();
     let mut seen = Vec::new();
     while t.elapsed() < bound {
         seen.clear();
         for a in addrs {
-            seen.push(metrics_at(a, Duration::from_secs(5)).await);
+            seen.push(metrics_with(security, a, Duration::from_secs(5)).await);
         }
         if let Some(Some(first)) = seen.first() {
             let reached = first.last_applied.is_some_and(|a| a >= at_least);
@@ -467,7 +516,7 @@ pub fn created_id(w: &WriteReply) -> Option<u64> {
 #[cfg(test)]
 pub fn client_cmd(nodes: &[String], args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(BIN);
-    cmd.arg("client");
+    cmd.args(["client", "--plaintext"]);
     for n in nodes {
         cmd.args(["--node", n]);
     }
