@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::raft_log_engine::RaftLogEngine;
 use crate::wal_engine::WalEngine;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-pub const ENGINES: [&str; 4] = ["wal", "raft-engine", "okaywal", "raw"];
+pub const ENGINES: [&str; 5] = ["wal", "raft-engine", "okaywal", "raft-log", "raw"];
 
 /// How each engine is run: what a user gets by default, or the engine's documented steady
 /// state (its purge or checkpoint policy running).
@@ -92,6 +93,7 @@ pub fn open(engine: &str, dir: &Path, mode: Mode) -> Res<Box<dyn Engine>> {
         "wal" => Box::new(WalEngine::open(dir, practice_of(mode))?),
         "raft-engine" => Box::new(RaftEngine::open(dir, practice_of(mode))?),
         "okaywal" => Box::new(OkayWal::open(dir, mode)?),
+        "raft-log" => Box::new(RaftLogEngine::open(dir, practice_of(mode))?),
         "raw" => Box::new(match mode {
             Mode::Synced { raw_bytes, .. } => Raw::open(dir, raw_bytes, true)?,
             Mode::Kept { bytes } => Raw::open(dir, bytes, false)?,
@@ -169,6 +171,7 @@ pub fn replay(engine: &str, dir: &Path, n: u64, len: usize) -> Res<Replayed> {
         "wal" => WalEngine::replay(dir, len)?,
         "raft-engine" => RaftEngine::replay(dir, len)?,
         "okaywal" => OkayWal::replay(dir, len)?,
+        "raft-log" => RaftLogEngine::replay(dir, len)?,
         "raw" => Raw::replay(dir, len)?,
         other => return Err(format!("unknown engine {other}").into()),
     };

@@ -1,5 +1,6 @@
-//! Side-by-side comparison (issue 8): this engine (`wal`), raft-engine 0.4.2, okaywal 0.3.1 and a
-//! raw preallocated pwrite + fdatasync loop, in one process, on the same workloads.
+//! Side-by-side comparison (issue 8): this engine (`wal`), raft-engine 0.4.2, okaywal 0.3.1,
+//! raft-log 0.4.6 and a raw preallocated pwrite + fdatasync loop, in one process, on the same
+//! workloads.
 //!
 //! Each engine runs two ways (issue 27): as its users get it by default (no purge thread), and
 //! with its documented best practice (its purge or checkpoint policy running); see
@@ -21,6 +22,7 @@
 
 mod engines;
 mod plot;
+mod raft_log_engine;
 mod report;
 mod wal_engine;
 
@@ -58,7 +60,7 @@ pub fn per_practice(workload: &str) -> bool {
 }
 
 const HELP: &str = "\
-compare: wal vs raft-engine vs okaywal vs a raw fdatasync loop (issue 8)
+compare: wal vs raft-engine vs okaywal vs raft-log vs a raw fdatasync loop (issue 8)
 
   --quick            2 short rounds: a smoke test, not a measurement (0.4 s per workload,
                      0.1 s warm-up, 32 MiB bulk, 64 MiB retained, 1 s first-minute, 150 ms
@@ -75,7 +77,7 @@ compare: wal vs raft-engine vs okaywal vs a raw fdatasync loop (issue 8)
   --window N         in-flight entries of `pipelined` (default 64)
   --window-1m N      in-flight 1 MiB entries of `pipelined-1m` (default 4)
   --probe-ms MS      length of each disk probe (default 500)
-  --engines LIST     comma-separated subset of wal,raft-engine,okaywal,raw
+  --engines LIST     comma-separated subset of wal,raft-engine,okaywal,raft-log,raw
   --workloads LIST   comma-separated subset of the workload ids
   --dir DIR          where the logs are made (default /tmp); a fresh subdirectory is used
   --json FILE        append one JSON object per sample and per probe to FILE

@@ -12,8 +12,13 @@ use std::path::Path;
 
 /// The workloads that form the load axis, with their number of writers.
 const LOAD: [(&str, f64); 3] = [("durable-1", 1.0), ("durable-8", 8.0), ("durable-64", 64.0)];
-const COLORS: [(&str, &str); 4] =
-    [("wal", "#d62728"), ("raft-engine", "#1f77b4"), ("okaywal", "#2ca02c"), ("raw", "#7f7f7f")];
+const COLORS: [(&str, &str); 5] = [
+    ("wal", "#d62728"),
+    ("raft-engine", "#1f77b4"),
+    ("okaywal", "#2ca02c"),
+    ("raft-log", "#9467bd"),
+    ("raw", "#7f7f7f"),
+];
 const W: f64 = 640.0;
 const H: f64 = 400.0;
 const LEFT: f64 = 80.0;
