@@ -23,6 +23,7 @@ use rcgen::{
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The authority's private key, beside its certificate.
 pub const CA_KEY_FILE: &str = "ca.key";
@@ -143,6 +144,7 @@ fn issue(
     validity(&mut p);
     let key = KeyPair::generate().map_err(other)?;
     let cert = p.signed_by(&key, &ca.0).map_err(other)?;
+    verifies(dir, &ca.1, cert.der())?;
     // Written under a temporary name and renamed: a directory that exists is complete.
     let tmp = dir.join(format!(".{sub}.tmp"));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -154,9 +156,33 @@ fn issue(
     Ok(out)
 }
 
-/// Issues one certificate holding exactly `names` (client authentication only) from the
-/// authority in `dir` (made if absent), in `dir/sub`: for a role of one's own, or a test of a
-/// certificate that names none.
+/// Checks that `cert`, just signed with `ca.key`, verifies against `ca_pem`: a `ca.key` that is
+/// not `ca.pem`'s (files from two authorities mixed up) would otherwise issue certificates no
+/// node accepts, found only when the cluster refuses them.
+fn verifies(dir: &Path, ca_pem: &str, cert: &rustls_pki_types::CertificateDer<'_>) -> io::Result<()> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        let c = c.map_err(|e| other(format!("{}: {e}", dir.join(CA_FILE).display())))?;
+        roots.add(c).map_err(|e| other(format!("{}: {e}", dir.join(CA_FILE).display())))?;
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(other)?;
+    verifier.verify_client_cert(cert, &[], rustls_pki_types::UnixTime::now()).map(|_| ()).map_err(|e| {
+        other(format!(
+            "{} is not the key of {} (a certificate it signed does not verify: {e}); nothing was written",
+            dir.join(CA_KEY_FILE).display(),
+            dir.join(CA_FILE).display()
+        ))
+    })
+}
+
+/// Issues one certificate holding exactly `names` from the authority in `dir` (made if
+/// absent), in `dir/sub`: for a role of one's own, or a test of a certificate that names
+/// none. Client authentication, and server authentication too when a name is under
+/// `node.walraft` (as a node's are).
 pub fn issue_for(dir: &Path, sub: &str, names: &[&str]) -> io::Result<PathBuf> {
     if names.is_empty() {
         return Err(other("a certificate needs at least one name"));
@@ -165,7 +191,8 @@ pub fn issue_for(dir: &Path, sub: &str, names: &[&str]) -> io::Result<PathBuf> {
         return Err(exists(&dir.join(sub)));
     }
     let ca = authority(dir)?;
-    issue(dir, sub, names.iter().map(|n| n.to_string()).collect(), false, &ca)
+    let server = names.iter().any(|n| n.ends_with(NODES));
+    issue(dir, sub, names.iter().map(|n| n.to_string()).collect(), server, &ca)
 }
 
 /// Issues node certificates for `nodes` and client certificates for `roles` under `dir`,
@@ -192,4 +219,26 @@ pub fn issue_all(dir: &Path, nodes: &[u64], roles: &[Role]) -> io::Result<Vec<Pa
         made.push(issue(dir, r.dir(), vec![r.name().to_string()], false, &ca)?);
     }
     Ok(made)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_key_from_another_authority_issues_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        issue_all(&a, &[1], &[]).unwrap();
+        issue_all(&b, &[1], &[]).unwrap();
+        std::fs::copy(b.join(CA_KEY_FILE), a.join(CA_KEY_FILE)).unwrap();
+        let e = issue_for(&a, "w", &[WRITER]).unwrap_err();
+        assert!(e.to_string().contains("is not the key of"), "{e}");
+        assert!(!a.join("w").exists(), "a certificate no node would accept was written");
+        // With its own key, the same authority issues.
+        std::fs::remove_file(a.join(CA_KEY_FILE)).unwrap();
+        std::fs::copy(b.join(CA_KEY_FILE), a.join(CA_KEY_FILE)).unwrap();
+        std::fs::copy(b.join(CA_FILE), a.join(CA_FILE)).unwrap();
+        issue_for(&a, "w", &[WRITER]).unwrap();
+    }
 }

@@ -54,11 +54,11 @@
 //! concurrent caller.
 
 use crate::net::frame::{read_frame_max, write_frame_max, MAX_FRAME_LEN};
+use crate::net::limit;
 use crate::net::stream::{is_refusal, not_a_node, Expect, Security, Stream};
 use crate::net::wire::{
     EntityView, MembershipChange, MembershipFailure, MembershipView, Msg, NodeMetrics, Reply, WriteReply,
 };
-use crate::net::{idle, limit};
 use crate::Response;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -246,7 +246,7 @@ impl Client {
         let mut sent = false;
         // A kept connection the node has closed since (it stopped or restarted) is replaced
         // before anything is written: a request written into it would be "maybe sent".
-        if conns.get(addr).is_some_and(|s| !idle::reusable(s.tcp())) {
+        if conns.get_mut(addr).is_some_and(|s| !s.reusable(&self.security)) {
             conns.remove(addr);
         }
         let r = tokio::time::timeout(bound, async {

@@ -301,8 +301,11 @@ fn plaintext_only_on_loopback_and_bad_tls_material_is_named() {
     assert_eq!(code(&both).status.code(), Some(64));
     assert_eq!(code(&["client", "--node", "127.0.0.1:1", "status"]).status.code(), Some(64));
     // Plaintext off loopback: refused before anything is opened.
-    for bad in [vec!["--listen", "0.0.0.0:0"], vec!["--listen", "127.0.0.1:0", "--peer", "2=192.0.2.77:7000"]]
-    {
+    for bad in [
+        vec!["--listen", "0.0.0.0:0"],
+        vec!["--listen", "127.0.0.1:0", "--peer", "2=192.0.2.77:7000"],
+        vec!["--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0"],
+    ] {
         let o = code(&[&["run", "--plaintext", "--id", "1", "--data", &data], &bad[..]].concat());
         assert_eq!(o.status.code(), Some(1), "{bad:?}: {}", out_text(&o));
         assert!(out_text(&o).contains("loopback addresses only"), "{}", out_text(&o));
@@ -319,6 +322,7 @@ fn plaintext_only_on_loopback_and_bad_tls_material_is_named() {
         "status",
     ]);
     assert_ne!(o.status.code(), Some(0), "{}", out_text(&o));
+    assert!(out_text(&o).contains("loopback addresses only"), "{}", out_text(&o));
 
     // TLS directories that cannot be used: each refused (64), naming the file.
     let pki = dir.path().join("pki");
@@ -439,4 +443,233 @@ async fn tls_on_a_non_loopback_address() {
     let _ = node.wait();
     assert!(ok, "no write over TLS at {addr}: {last}");
     assert_rejected(&plain, "loopback");
+}
+
+/// A node's genuine certificate (node 5's, never a member) says hello as itself, then sends Raft
+/// messages as another node: a vote for a candidate it is not, an append-entries from a leader it
+/// is not. Each closes the connection unanswered; no node's term moves. Its own vote is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_certificate_cannot_speak_for_another_node() {
+    let c = Cluster::start_tls(&[]);
+    let (leader, term) = c.leader(&[1, 2, 3]).await;
+    let peer = if leader == 2 { 3 } else { 2 };
+    let addr = c.addr(leader);
+    let five = c.security("node-5");
+    let greeted = || async {
+        let mut s = five.connect(&addr, Expect::Node(leader)).await.unwrap();
+        write_frame(&mut s, &Msg::Hello { from: 5, to: leader }, &[]).await.unwrap();
+        assert!(matches!(next_reply(&mut s).await, Some(Reply::Hello(Ok(())))));
+        s
+    };
+    let vote =
+        |t: u64, who: u64| Msg::Vote(openraft::raft::VoteRequest::new(openraft::Vote::new(t, who), None));
+    let mut s = greeted().await;
+    write_frame(&mut s, &vote(term + 100, peer), &[]).await.unwrap();
+    assert!(next_reply(&mut s).await.is_none(), "node 5's certificate voted as node {peer}");
+    let mut s = greeted().await;
+    let pre = Msg::PreVote(openraft::raft::VoteRequest::new(openraft::Vote::new(term + 100, peer), None));
+    write_frame(&mut s, &pre, &[]).await.unwrap();
+    assert!(next_reply(&mut s).await.is_none(), "node 5's certificate pre-voted as node {peer}");
+    let mut s = greeted().await;
+    let head = wal_raft::net::append::AppendHead {
+        vote: openraft::Vote::new_committed(term + 200, peer),
+        prev_log_id: None,
+        leader_commit: None,
+        lens: vec![],
+    };
+    write_frame(&mut s, &Msg::AppendEntries(head), &[]).await.unwrap();
+    assert!(next_reply(&mut s).await.is_none(), "node 5's certificate led as node {peer}");
+    for id in 1..=3 {
+        let m = c.metrics(id).await.unwrap();
+        assert_eq!((m.term, m.leader), (term, Some(leader)), "node {id} moved: {m:?}");
+    }
+    assert!(c.output(leader).contains("sent a Raft message as node"), "{}", c.output(leader));
+    // The control: node 5 asking for its own vote (at a stale term) is answered by openraft.
+    let mut s = greeted().await;
+    write_frame(&mut s, &vote(0, 5), &[]).await.unwrap();
+    let r = next_reply(&mut s).await;
+    assert!(matches!(&r, Some(Reply::Vote(Ok(_)))), "{r:?}");
+}
+
+/// A wildcard certificate from the cluster's own authority (`*.node.walraft`) is no node: it
+/// cannot say hello as one, and a node connecting to a server that presents it refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_certificate_is_no_node() {
+    let c = Cluster::start_tls(&[]);
+    let (leader, term) = c.leader(&[1, 2, 3]).await;
+    let pki = pki(&c);
+    issue_for(&pki, "wild", &["*.node.walraft", "node.walraft"]).unwrap();
+    let wild = Security::tls(&pki.join("wild")).unwrap();
+    for from in (1..=3u64).filter(|i| *i != leader) {
+        let mut s = wild.connect(&c.addr(leader), Expect::Node(leader)).await.unwrap();
+        write_frame(&mut s, &Msg::Hello { from, to: leader }, &[]).await.unwrap();
+        let r = next_reply(&mut s).await;
+        assert!(matches!(&r, Some(Reply::Hello(Err(w))) if w.contains("not authorized")), "{r:?}");
+    }
+    // As a server: node 1 connecting to "node 2" finds a wildcard certificate and refuses it.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = l.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = l.accept().await.unwrap();
+        let _ = wild.accept(tcp, 1 << 20).await;
+    });
+    let e = c.security("node-1").connect(&at, Expect::Node(2)).await.unwrap_err();
+    assert!(e.to_string().contains("does not name 2.node.walraft"), "{e}");
+    assert!(wal_raft::net::stream::is_refusal(&e), "{e:?}");
+    server.abort();
+    let m = c.metrics(leader).await.unwrap();
+    assert_eq!((m.term, m.leader), (term, Some(leader)));
+}
+
+/// A writer whose authority was replaced loses its kept connection too, within a second or
+/// so: its next write on the same client is Rejected (never appended), not served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_certificate_stops_working_on_kept_connections() {
+    let c = Cluster::start_tls(&[]);
+    let (leader, _) = c.leader(&[1, 2, 3]).await;
+    let pki = pki(&c);
+    let mut old = wal_raft::client::Client::new(vec![c.addr(leader)]);
+    old.security = c.security("writer");
+    old.write_deadline = Duration::from_secs(3);
+    let r = old.write(&support::create("before")).await;
+    assert!(matches!(r, wal_raft::net::wire::WriteReply::Committed { .. }), "{r:?}");
+    let new = c.dir.path().join("new");
+    issue_all(&new, &[1, 2, 3], &[Role::Writer]).unwrap();
+    for id in 1..=3 {
+        replace_tls(&new.join(format!("node-{id}")), &pki.join(format!("node-{id}")));
+    }
+    // The nodes look at their files once a second; then every kept connection whose
+    // certificate the new authority did not issue is closed.
+    let t = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let r = old.write(&support::create(&format!("after-{}", t.elapsed().as_millis()))).await;
+        match r {
+            wal_raft::net::wire::WriteReply::Rejected { why, .. } => {
+                assert!(why.contains("TLS"), "{why}");
+                break;
+            }
+            other => assert!(t.elapsed() < Duration::from_secs(5), "still served after 5 s: {other:?}"),
+        }
+    }
+    assert!(c.output(leader).contains("no longer verifies"), "{}", c.output(leader));
+    // The nodes' own connections to each other moved to the new authority: still one cluster.
+    let mut w = wal_raft::client::Client::new(all(&c));
+    w.security = Security::tls(&new.join("writer")).unwrap();
+    let r = w.write(&support::create("new-writer")).await;
+    assert!(matches!(r, wal_raft::net::wire::WriteReply::Committed { .. }), "{r:?}");
+}
+
+/// A reload that parses but is not this node's (another process's certificate and key put in
+/// its directory) is refused like a broken one: the node keeps serving as itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_must_still_name_the_node() {
+    let c = Cluster::start_tls(&[]);
+    c.leader(&[1, 2, 3]).await;
+    let pki = pki(&c);
+    let dir = pki.join("node-1");
+    for f in ["cert.pem", "key.pem"] {
+        let tmp = dir.join(format!(".{f}.new"));
+        std::fs::copy(pki.join("writer").join(f), &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join(f)).unwrap();
+    }
+    let t = std::time::Instant::now();
+    while !c.output(1).contains("does not load") {
+        assert!(t.elapsed() < Duration::from_secs(10), "no reload attempt: {}", c.output(1));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(c.output(1).contains("does not name 1.node.walraft"), "{}", c.output(1));
+    // A new client connection still finds node 1 as a node (its old certificate in use).
+    let m = c.metrics(1).await.expect("node 1 stopped serving as a node");
+    assert_eq!(m.id, 1);
+    assert!(!c.output(1).contains("reloaded"), "{}", c.output(1));
+}
+
+/// Connections that never complete a handshake (anyone who can reach the port) cannot use up
+/// a node's descriptors: with its limit lowered to 200, the leader holds at most its cap of
+/// them, keeps leading, commits a write from a new client during the flood, and logs the
+/// refusals sparingly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_unauthenticated_connections_do_not_starve_a_node() {
+    let c = Cluster::start_tls(&[]);
+    let (leader, term) = c.leader(&[1, 2, 3]).await;
+    let pid = c.children[&leader].id() as libc::pid_t;
+    let limit = libc::rlimit { rlim_cur: 200, rlim_max: 200 };
+    // SAFETY: a plain system call with a valid pointer; no memory of this process is lent.
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &limit, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let before = fds();
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        held.push(tokio::net::TcpStream::connect(c.addr(leader)).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = fds();
+    let cap = wal_raft::net::admission::IN_HANDSHAKE;
+    assert!(during <= before + cap + 8, "{during} descriptors open (was {before}, cap {cap})");
+    let mut w = wal_raft::client::Client::new(vec![c.addr(leader)]);
+    w.security = c.security("writer");
+    w.write_deadline = Duration::from_secs(10);
+    let r = w.write(&support::create("during-flood")).await;
+    assert!(matches!(r, wal_raft::net::wire::WriteReply::Committed { .. }), "{r:?}");
+    for id in 1..=3 {
+        let m = c.metrics(id).await.unwrap();
+        assert_eq!((m.term, m.leader), (term, Some(leader)), "node {id} moved: {m:?}");
+    }
+    drop(held);
+    let refused = c.output(leader).matches("refused a connection").count();
+    assert!(refused <= 3, "{refused} lines for one flood:\n{}", c.output(leader));
+}
+
+/// A connection this process opened and kept is checked again when its own TLS files change:
+/// a rotation that puts the new authority beside the old in `ca.pem` keeps it; files from the
+/// new authority alone, which no longer trust the server's certificate, retire it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_connections_follow_a_rotation_of_the_authority() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new, mine) = (dir.path().join("old"), dir.path().join("new"), dir.path().join("mine"));
+    issue_all(&old, &[1, 2], &[]).unwrap();
+    issue_all(&new, &[1], &[]).unwrap();
+    std::fs::create_dir(&mine).unwrap();
+    replace_tls(&old.join("node-1"), &mine);
+    // Node 2's side: accepts, then holds each connection open until the peer closes it.
+    let server = Security::tls(&old.join("node-2")).unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = l.local_addr().unwrap().to_string();
+    let serving = tokio::spawn(async move {
+        loop {
+            let (tcp, _) = l.accept().await.unwrap();
+            let server = server.clone();
+            tokio::spawn(async move {
+                if let Ok((mut s, _)) = server.accept(tcp, 1 << 20).await {
+                    let _ = read_frame::<_, Msg>(&mut s).await;
+                }
+            });
+        }
+    });
+    let client = Security::tls(&mine).unwrap();
+    let Security::Tls(files) = &client else { unreachable!() };
+    let mut s = client.connect(&at, Expect::Node(2)).await.unwrap();
+    assert!(s.reusable(&client));
+    let settle = wal_raft::net::tls::LOOK_EVERY + Duration::from_millis(200);
+    // Both authorities trusted: the kept connection stays.
+    let both = [
+        std::fs::read_to_string(old.join("ca.pem")).unwrap(),
+        std::fs::read_to_string(new.join("ca.pem")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(mine.join(".ca.new"), both).unwrap();
+    std::fs::rename(mine.join(".ca.new"), mine.join("ca.pem")).unwrap();
+    tokio::time::sleep(settle).await;
+    assert!(s.reusable(&client), "a connection both authorities trust was retired");
+    assert_eq!(files.generation(), 1, "the two-authority ca.pem was not loaded");
+    // The new authority alone: node 2's certificate (old) is no longer trusted.
+    replace_tls(&new.join("node-1"), &mine);
+    tokio::time::sleep(settle).await;
+    assert!(!s.reusable(&client), "a connection to a server the authority no longer vouches for was kept");
+    assert_eq!(files.generation(), 2);
+    let e = client.connect(&at, Expect::Node(2)).await.unwrap_err();
+    assert!(wal_raft::net::stream::is_refusal(&e), "{e:?}");
+    serving.abort();
 }

@@ -451,6 +451,21 @@ fn init_logging() {
         .try_init();
 }
 
+/// Raises this process's soft limit on open descriptors to its hard limit (commonly 1,024 to
+/// 524,288 or more): a node holds a descriptor per connection and per segment, and the soft
+/// default is the first to run out under many clients. Nothing is raised past what the system
+/// allows; a failure leaves the limit as it was.
+fn raise_descriptor_limit() {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain system calls with a valid pointer to a local.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
 async fn run(a: RunArgs) -> i32 {
     init_logging();
     if a.allow_faults && !cfg!(feature = "test-faults") {
@@ -459,6 +474,14 @@ async fn run(a: RunArgs) -> i32 {
         );
         return i32::from(EXIT_USAGE);
     }
+    if cfg!(feature = "test-faults") {
+        // Cargo builds the binary with its tests' features when they are built together
+        // (`cargo build --all-targets`, `cargo test`): say so, so such a build is not deployed.
+        tracing::warn!(
+            "this walraft-node was built for tests (the test-faults feature: --allow-faults exists); build a node for use with `cargo build --release -p wal-raft --bin walraft-node`"
+        );
+    }
+    raise_descriptor_limit();
     let security = match a.security.security() {
         Ok(s) => s,
         Err(e) => {

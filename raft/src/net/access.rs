@@ -1,9 +1,8 @@
 //! Who is at the other end of a connection, and what it may ask.
 //!
 //! With TLS (`--tls`), identity is what the peer's certificate, verified against the cluster's
-//! authority during the handshake, is valid for. The names are DNS names in the certificate's
-//! subject alternative names, checked with the same rules a TLS client checks a server's name
-//! by:
+//! authority during the handshake, names. The names are DNS names in the certificate's
+//! subject alternative names, each matched exactly ([`names`]: a wildcard grants nothing):
 //!
 //! | name                       | held by            | may                                          |
 //! |----------------------------|--------------------|----------------------------------------------|
@@ -34,12 +33,19 @@ pub fn node_name(id: u64) -> String {
     format!("{id}.{NODES}")
 }
 
-/// Whether `cert` is valid for the DNS name `name` (its chain was verified in the handshake).
+/// Whether `cert` names the DNS name `name` exactly (its chain was verified in the handshake).
+///
+/// Exactly: a wildcard (`*.node.walraft`) is valid for every node's name by the rules a TLS
+/// client checks a server by, and would make one certificate every node at once, so an
+/// identity needs the name itself among the certificate's subject alternative names (compared
+/// without regard to ASCII case, as DNS names are), as well as webpki's verdict that the
+/// certificate is valid for it.
 pub fn names(cert: &CertificateDer<'_>, name: &str) -> bool {
     let (Ok(ee), Ok(n)) = (webpki::EndEntityCert::try_from(cert), ServerName::try_from(name)) else {
         return false;
     };
     ee.verify_is_valid_for_subject_name(&n).is_ok()
+        && ee.valid_dns_names().any(|san| san.eq_ignore_ascii_case(name))
 }
 
 /// The other end of a connection a node accepted.
@@ -47,22 +53,31 @@ pub fn names(cert: &CertificateDer<'_>, name: &str) -> bool {
 pub enum Identity {
     /// Plaintext between loopback addresses: trusted with everything.
     Loopback,
-    /// A verified certificate and the roles it names.
-    Certified { cert: CertificateDer<'static>, node: bool, writer: bool, admin: bool },
+    /// A verified certificate chain (leaf first) and the roles its leaf names.
+    Certified { chain: Vec<CertificateDer<'static>>, node: bool, writer: bool, admin: bool },
 }
 
 impl Identity {
-    /// The identity of a verified certificate; `None` when it names no role.
-    pub fn of(cert: CertificateDer<'static>) -> Option<Identity> {
-        let (node, writer, admin) = (names(&cert, NODES), names(&cert, WRITER), names(&cert, ADMIN));
-        (node || writer || admin).then_some(Identity::Certified { cert, node, writer, admin })
+    /// The identity of a verified certificate chain; `None` when it is empty or names no role.
+    pub fn of(chain: Vec<CertificateDer<'static>>) -> Option<Identity> {
+        let cert = chain.first()?;
+        let (node, writer, admin) = (names(cert, NODES), names(cert, WRITER), names(cert, ADMIN));
+        (node || writer || admin).then_some(Identity::Certified { chain, node, writer, admin })
+    }
+
+    /// The certificate chain, if any (to check it again when the authority changes).
+    pub fn chain(&self) -> Option<&[CertificateDer<'static>]> {
+        match self {
+            Identity::Loopback => None,
+            Identity::Certified { chain, .. } => Some(chain),
+        }
     }
 
     /// Whether this is node `id` (its certificate names it).
     pub fn is_node(&self, id: u64) -> bool {
         match self {
             Identity::Loopback => true,
-            Identity::Certified { cert, .. } => names(cert, &node_name(id)),
+            Identity::Certified { chain, .. } => names(&chain[0], &node_name(id)),
         }
     }
 

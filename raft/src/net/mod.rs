@@ -2,6 +2,7 @@
 //! send which, openraft's network.
 
 pub mod access;
+pub mod admission;
 pub mod append;
 pub mod chunks;
 pub mod failures;

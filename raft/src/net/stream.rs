@@ -38,7 +38,7 @@ use tokio::net::TcpStream;
 
 /// How long a peer has to complete its handshake (TLS, or its first byte) before the node
 /// gives up on the connection: a peer that connects and sends nothing holds no task for long.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -65,17 +65,43 @@ pub enum Expect {
 #[derive(Debug)]
 pub enum Stream {
     Plain(TcpStream),
-    Client(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// Opened by this process, to a server that was to be `name`, with the material of
+    /// `generation` (to check again once the material changed: [`Stream::reusable`]).
+    Client(Box<tokio_rustls::client::TlsStream<TcpStream>>, Arc<str>, u64),
     Server(Box<tokio_rustls::server::TlsStream<TcpStream>>),
 }
 
 impl Stream {
-    /// The TCP connection underneath (for `net/idle.rs`'s look before reuse).
+    /// The TCP connection underneath.
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(s) => s,
-            Stream::Client(s) => s.get_ref().0,
+            Stream::Client(s, ..) => s.get_ref().0,
             Stream::Server(s) => s.get_ref().0,
+        }
+    }
+
+    /// Whether a connection kept idle may carry the next request: open as far as a look can
+    /// tell (`net/idle.rs`), and, if the TLS material changed since it was opened, the server's
+    /// certificate still verifies against the new (a replaced authority revokes it).
+    pub fn reusable(&mut self, security: &Security) -> bool {
+        if !crate::net::idle::reusable(self.tcp()) {
+            return false;
+        }
+        match (self, security) {
+            (Stream::Client(s, name, generation), Security::Tls(files)) => {
+                files.look();
+                let now = files.generation();
+                if now == *generation {
+                    return true;
+                }
+                let chain = s.get_ref().1.peer_certificates().unwrap_or_default();
+                let trusted = files.trusts_server(chain, name);
+                // Checked against this generation: not again until the next.
+                *generation = now;
+                trusted
+            }
+            _ => true,
         }
     }
 }
@@ -84,7 +110,7 @@ impl AsyncRead for Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Client(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Stream::Client(s, ..) => Pin::new(&mut **s).poll_read(cx, buf),
             Stream::Server(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
@@ -94,7 +120,7 @@ impl AsyncWrite for Stream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Client(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::Client(s, ..) => Pin::new(&mut **s).poll_write(cx, buf),
             Stream::Server(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
@@ -102,7 +128,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Client(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::Client(s, ..) => Pin::new(&mut **s).poll_flush(cx),
             Stream::Server(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
@@ -110,7 +136,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Client(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Stream::Client(s, ..) => Pin::new(&mut **s).poll_shutdown(cx),
             Stream::Server(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
@@ -167,22 +193,14 @@ impl Security {
     }
 
     /// Checks at start that a node's own certificate names it (node `id`, and a node for
-    /// clients): a wrong certificate would otherwise show only as every peer refusing it.
+    /// clients) and chains to the authority as a server's and a client's; reloads are held to
+    /// the same (`TlsFiles::require_node`). A wrong certificate would otherwise show only as
+    /// every peer refusing it.
     pub fn check_node(&self, id: u64) -> io::Result<()> {
-        let Security::Tls(files) = self else { return Ok(()) };
-        let own = files.current().own;
-        for name in [node_name(id), NODES.to_string()] {
-            if !crate::net::access::names(&own, &name) {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{}: the certificate does not name {name}, which node {id}'s must (walraft-node certs --node {id})",
-                        files.dir().join(crate::net::tls::CERT_FILE).display()
-                    ),
-                ));
-            }
+        match self {
+            Security::Tls(files) => files.require_node(id),
+            Security::Plaintext => Ok(()),
         }
-        Ok(())
     }
 
     /// Connects to `addr`, meaning to reach `expect`; with TLS, the handshake too. Nothing is
@@ -205,10 +223,22 @@ impl Security {
                     Expect::Node(id) => node_name(id),
                     Expect::AnyNode => NODES.to_string(),
                 };
-                let name = ServerName::try_from(name).map_err(io::Error::other)?;
-                let connector = tokio_rustls::TlsConnector::from(files.current().client);
-                let s = connector.connect(name, tcp).await.map_err(refusal)?;
-                Ok(Stream::Client(Box::new(s)))
+                let server = ServerName::try_from(name.clone()).map_err(io::Error::other)?;
+                let configs = files.current();
+                let connector = tokio_rustls::TlsConnector::from(configs.client);
+                let s = connector.connect(server, tcp).await.map_err(refusal)?;
+                // rustls accepted the name by a TLS client's rules, under which a wildcard
+                // certificate is every node; only the name itself makes a node this one.
+                let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
+                if !cert.is_some_and(|c| crate::net::access::names(c, &name)) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "{addr}: its certificate does not name {name} itself (a wildcard is not a node)"
+                        ),
+                    ));
+                }
+                Ok(Stream::Client(Box::new(s), name.into(), configs.generation))
             }
         }
     }
@@ -266,9 +296,16 @@ impl Security {
             }
             let acceptor = tokio_rustls::TlsAcceptor::from(files.current().server);
             let s = acceptor.accept(tcp).await.map_err(|e| format!("TLS handshake with {peer}: {e}"))?;
-            let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
+            let chain: Vec<_> = s
+                .get_ref()
+                .1
+                .peer_certificates()
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.clone().into_owned())
+                .collect();
             let mut s = Stream::Server(Box::new(s));
-            let who = cert.map(|c| c.into_owned()).and_then(Identity::of);
+            let who = Identity::of(chain);
             match who {
                 Some(who) => Ok((s, who)),
                 None => {

@@ -17,7 +17,6 @@ use crate::net::append;
 use crate::net::chunks::{chunk_len, pieces};
 use crate::net::failures::FailureLog;
 use crate::net::frame::{read_frame_max, write_frame_max};
-use crate::net::idle;
 use crate::net::stream::{Expect, Security, Stream};
 use crate::net::wire::{Msg, Reply};
 use crate::{SnapshotData, TypeConfig, Vote};
@@ -163,7 +162,7 @@ impl TcpNet {
     async fn exchange(&mut self, msg: &Msg, tail: &[u8]) -> io::Result<Reply> {
         // A connection the peer closed since the last call (it restarted): a new one, rather
         // than a failed call and openraft's backoff.
-        if self.conn.as_ref().is_some_and(|s| !idle::reusable(s.tcp())) {
+        if self.conn.as_mut().is_some_and(|s| !s.reusable(&self.security)) {
             self.conn = None;
         }
         // The peer moved (a membership change set its new address): connect there.

@@ -117,6 +117,20 @@ impl Msg {
         matches!(self, Msg::AppendEntries(_) | Msg::Vote(_) | Msg::PreVote(_) | Msg::SnapshotChunk { .. })
     }
 
+    /// The node a Raft message says sent it: the leader of an append-entries or a snapshot
+    /// chunk, the candidate of a vote or pre-vote (whose vote is its own). A node serves such a
+    /// message only on a connection whose hello came from that same node (`node/server.rs`):
+    /// a certificate proves who said hello, and this binds what it sends afterwards to it.
+    pub fn raft_sender(&self) -> Option<u64> {
+        use openraft::vote::RaftLeaderId;
+        match self {
+            Msg::AppendEntries(h) => Some(*h.vote.leader_id().node_id()),
+            Msg::Vote(v) | Msg::PreVote(v) => Some(*v.vote.leader_id().node_id()),
+            Msg::SnapshotChunk { vote, .. } => Some(*vote.leader_id().node_id()),
+            _ => None,
+        }
+    }
+
     /// Traffic between nodes (Raft, and writes forwarded to the leader), which the partition
     /// switch drops.
     pub fn is_raft(&self) -> bool {

@@ -34,7 +34,9 @@
 //!   (part of the change may have been made: `client status` shows the membership).
 
 use super::server::Ctx;
-use crate::net::wire::{MembershipChange, MembershipFailure, MembershipView};
+use crate::net::frame::{read_frame_max, write_frame_max};
+use crate::net::stream::Expect;
+use crate::net::wire::{MembershipChange, MembershipFailure, MembershipView, Msg, Reply};
 use crate::TypeConfig;
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, ChangeMembers, Precondition, RaftMetrics, ServerState};
@@ -245,7 +247,7 @@ async fn check_address(
     if let Some((other, _)) = members.iter().find(|(o, a)| *a == addr && **o != id) {
         return Err(refused(format!("{addr} is node {other}'s address")));
     }
-    let there = who_is_at(ctx, addr)
+    let there = who_is_at(ctx, id, addr)
         .await
         .map_err(|e| refused(format!("no node answers at {addr} ({e}): start node {id} there first")))?;
     if there.id != id {
@@ -257,12 +259,22 @@ async fn check_address(
     Ok(there)
 }
 
-/// What the node answering at `addr` says of itself (its metrics), within a few seconds.
-async fn who_is_at(ctx: &Ctx, addr: &str) -> std::io::Result<crate::net::wire::NodeMetrics> {
-    let mut c = crate::client::Client::new(vec![addr.to_string()]);
-    c.max_frame = ctx.max_frame;
-    c.security = ctx.security.clone();
-    tokio::time::timeout(std::time::Duration::from_secs(3), c.metrics(addr))
+/// What the node answering at `addr` says of itself (its metrics), within a few seconds. With
+/// TLS the server must hold node `id`'s certificate: what a process merely says of itself is
+/// not what makes it node `id`.
+async fn who_is_at(ctx: &Ctx, id: u64, addr: &str) -> std::io::Result<crate::net::wire::NodeMetrics> {
+    let ask = async {
+        // Plaintext: the answer below says which node it is, and the caller compares.
+        let expect = if ctx.security.is_tls() { Expect::Node(id) } else { Expect::AnyNode };
+        let mut s = ctx.security.connect_greeted(addr, expect, ctx.max_frame).await?;
+        write_frame_max(&mut s, &Msg::Metrics, &[], ctx.max_frame).await?;
+        match read_frame_max::<_, Reply>(&mut s, ctx.max_frame).await? {
+            Some((Reply::Metrics(m), _)) => Ok(*m),
+            Some((other, _)) => Err(std::io::Error::other(format!("answered metrics with {other:?}"))),
+            None => Err(std::io::Error::other("closed the connection")),
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(3), ask)
         .await
         .map_err(|_| std::io::Error::other("no answer within 3 s"))?
 }

@@ -195,7 +195,7 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     }
     // Before anything is opened: a node whose certificate or peers cannot work does not start.
     cfg.security.check_node(cfg.id)?;
-    for peer in cfg.peers.values().chain([&cfg.listen]) {
+    for peer in cfg.peers.values().chain([&cfg.listen]).chain(cfg.metrics_listen.as_ref()) {
         cfg.security.check_peer(peer)?;
     }
     let voters = cfg.peers.len() as u64 + 1;
@@ -242,6 +242,13 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
         None => None,
     };
     let metrics_addr = metrics_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+    if let (Security::Plaintext, Some(at)) = (&cfg.security, metrics_addr) {
+        // A plaintext node keeps to loopback, its metrics too; with TLS the endpoint (plain
+        // HTTP, read-only) may be bound wherever the scraper is.
+        cfg.security
+            .check_listen(at)
+            .map_err(|e| io::Error::new(e.kind(), format!("--metrics-listen: {e}")))?;
+    }
     let partition = Partition::default();
     let max_frame = cfg.max_frame_bytes;
     if max_frame < crate::net::frame::MIN_FRAME_LEN {

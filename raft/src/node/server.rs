@@ -6,7 +6,9 @@
 //!   membership change or a fault switch an admin's, a Raft message or a claim the sending
 //!   node's own. A refused write is answered Rejected (nothing appended), a refused membership
 //!   change Refused; a refused Raft message closes the connection unanswered, as a stranger's
-//!   would be, and never reaches openraft.
+//!   would be, and never reaches openraft. A Raft message must also come from the node that
+//!   said hello on its connection (the leader or candidate it names, `Msg::raft_sender`): one
+//!   node's certificate cannot vote or lead as another.
 //! - A request frame longer than this node's limit is answered `Reply::TooLarge` (its length
 //!   and the limit), its body skipped, and the connection kept (`next_request`; why skip
 //!   and not close: `net/frame.rs`); a length past any frame a conforming peer sends is
@@ -41,12 +43,13 @@
 //!   was appended here), everything else an error naming the fence.
 
 use crate::net::access::Identity;
+use crate::net::admission::{Handshakes, RefusalLog, IN_HANDSHAKE};
 use crate::net::chunks::{self, Chunk, Incoming};
 use crate::net::frame::{read_frame_max, read_next, skip_body, write_frame_max, Next};
+use crate::net::limit;
 use crate::net::stream::{Expect, Security, Stream};
 use crate::net::transport::Partition;
 use crate::net::wire::{EntityView, MembershipFailure, Msg, NodeMetrics, Reply, WriteReply};
-use crate::net::{idle, limit};
 use crate::node::{stall, RaftNode};
 use crate::{Request, StateMachineStore};
 use openraft::async_runtime::WatchReceiver;
@@ -75,8 +78,10 @@ pub struct Ctx {
     pub io_stats: crate::IoStatsHandle,
     /// The largest frame this node reads or writes (`NodeConfig::max_frame_bytes`).
     pub max_frame: usize,
-    /// Idle connections to other nodes' ports, for forwarded writes.
-    pub forward_pool: tokio::sync::Mutex<std::collections::HashMap<String, Vec<Stream>>>,
+    /// Idle connections to other nodes' ports, for forwarded writes, by the node each was
+    /// opened to (and verified as) and its address: a connection to one node is never used
+    /// for another that took its address.
+    pub forward_pool: tokio::sync::Mutex<std::collections::HashMap<(u64, String), Vec<Stream>>>,
     /// How connections are secured, accepted and opened (`net/stream.rs`).
     pub security: Security,
     /// Digest claims (`node/claims.rs`) and this node's fence.
@@ -87,17 +92,42 @@ pub struct Ctx {
     pub membership_lock: tokio::sync::Mutex<()>,
 }
 
-/// Accepts connections until the task is aborted.
+/// Accepts connections until the task is aborted, each given its place among the handshakes
+/// in progress (`net/admission.rs`); and looks at the TLS files once a second, so a changed
+/// certificate or authority takes effect without waiting for a new connection (`net/tls.rs`).
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
+    let handshakes = Handshakes::new(IN_HANDSHAKE);
+    let refusals = Arc::new(RefusalLog::default());
+    let mut look = tokio::time::interval(Duration::from_secs(1));
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = look.tick() => {
+                if let Security::Tls(files) = &ctx.security {
+                    files.look();
+                }
+                continue;
+            }
+        };
+        match accepted {
             Ok((s, _)) => {
-                let ctx = ctx.clone();
+                let place = handshakes.admit();
+                let (ctx, refusals) = (ctx.clone(), refusals.clone());
                 tokio::spawn(async move {
-                    let (s, who) = match ctx.security.accept(s, ctx.max_frame).await {
+                    let accepted = tokio::select! {
+                        a = ctx.security.accept(s, ctx.max_frame) => a,
+                        _ = place.dropped() => Err(format!(
+                            "dropped a connection still in its handshake: more than {IN_HANDSHAKE} at once"
+                        )),
+                    };
+                    drop(place);
+                    let (s, who) = match accepted {
                         Ok(a) => a,
                         Err(why) => {
-                            tracing::warn!(node = ctx.id, "refused a connection: {why}");
+                            if let Some(line) = refusals.refused(std::time::Instant::now(), &why) {
+                                tracing::warn!(node = ctx.id, "refused a connection: {line}");
+                            }
                             return;
                         }
                     };
@@ -111,13 +141,49 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
+/// The next request on `s`, or `None` to close the connection: the peer closed it, or the TLS
+/// material changed and the peer's certificate no longer verifies (a revoked certificate ends
+/// its kept connections too). The read in progress is kept, not cancelled, while the
+/// certificate is checked again, so no request is cut.
+async fn next_checked(
+    s: &mut Stream,
+    who: &Identity,
+    changes: &mut Option<(tokio::sync::watch::Receiver<u64>, Arc<crate::net::tls::TlsFiles>)>,
+    ctx: &Ctx,
+) -> io::Result<Option<(Msg, Vec<u8>)>> {
+    let Some((rx, files)) = changes else { return next_request(s, ctx.max_frame).await };
+    let read = next_request(s, ctx.max_frame);
+    tokio::pin!(read);
+    loop {
+        tokio::select! {
+            r = &mut read => return r,
+            Ok(()) = rx.changed() => {
+                rx.borrow_and_update();
+                if !who.chain().is_some_and(|c| files.trusts_client(c)) {
+                    tracing::warn!(
+                        node = ctx.id,
+                        "closed a connection from {}: its certificate no longer verifies against the reloaded authority",
+                        who.describe()
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
 async fn connection(mut s: Stream, who: &Identity, ctx: &Ctx) -> io::Result<()> {
     let mut served = 0u64;
     // A snapshot being received in chunks on this connection.
     let mut incoming = None;
-    // Whether the peer said hello to this node (`Msg::Hello`): Raft messages need it.
-    let mut greeted = false;
-    while let Some((msg, tail)) = next_request(&mut s, ctx.max_frame).await? {
+    // The node that said hello to this node on this connection (`Msg::Hello`): Raft messages
+    // need one, and must come from it.
+    let mut greeted: Option<u64> = None;
+    let mut changes = match (&ctx.security, who.chain()) {
+        (Security::Tls(files), Some(_)) => Some((files.changes(), files.clone())),
+        _ => None,
+    };
+    while let Some((msg, tail)) = next_checked(&mut s, who, &mut changes, ctx).await? {
         served += 1;
         let raft = msg.is_raft();
         if raft && ctx.partition.is_on() {
@@ -153,14 +219,25 @@ async fn connection(mut s: Stream, who: &Identity, ctx: &Ctx) -> io::Result<()> 
                 write_frame_max(&mut s, &Reply::Hello(Err(why)), &[], ctx.max_frame).await?;
                 return Ok(());
             }
-            greeted = true;
+            greeted = Some(from);
             write_frame_max(&mut s, &Reply::Hello(Ok(())), &[], ctx.max_frame).await?;
             continue;
         }
-        if msg.needs_hello() && !greeted {
+        if msg.needs_hello() && greeted.is_none() {
             let why = "a Raft message on a connection that did not say which node it is for (Hello first)";
             write_frame_max(&mut s, &Reply::Error(why.into()), &[], ctx.max_frame).await?;
             return Ok(());
+        }
+        if let (Some(from), Some(sender)) = (greeted, msg.raft_sender()) {
+            if from != sender {
+                // Node `from`'s certificate speaking for another node: closed unanswered, like
+                // any Raft message this connection may not send; openraft never sees it.
+                tracing::warn!(
+                    node = ctx.id,
+                    "closed a connection from node {from} that sent a Raft message as node {sender}"
+                );
+                return Ok(());
+            }
         }
         let reply = handle(ctx, msg, tail, &mut incoming).await;
         if raft && ctx.partition.is_on() {
@@ -273,12 +350,9 @@ async fn forward_to(
     }
     // A pooled connection the leader closed since (it stopped or restarted) is dropped
     // unused: a write sent into it would be answered Indeterminate though nothing read it.
-    let kept = ctx
-        .forward_pool
-        .lock()
-        .await
-        .get_mut(addr)
-        .and_then(|conns| std::iter::from_fn(|| conns.pop()).find(|s| idle::reusable(s.tcp())));
+    let kept = ctx.forward_pool.lock().await.get_mut(&(leader, addr.to_string())).and_then(|conns| {
+        std::iter::from_fn(|| conns.pop()).find_map(|mut s| s.reusable(&ctx.security).then_some(s))
+    });
     let mut s = match kept {
         Some(s) => s,
         None => {
@@ -314,7 +388,7 @@ async fn forward_to(
         Ok(Err(e)) => return Err((true, e.to_string())),
         Err(_) => return Err((true, format!("{addr}: no reply in time"))),
     };
-    ctx.forward_pool.lock().await.entry(addr.to_string()).or_default().push(s);
+    ctx.forward_pool.lock().await.entry((leader, addr.to_string())).or_default().push(s);
     Ok(reply)
 }
 
