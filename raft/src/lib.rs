@@ -47,7 +47,7 @@ pub mod certs;
 pub mod check;
 pub mod claims;
 pub mod client;
-mod codec;
+pub mod codec;
 mod durable;
 pub mod fence;
 mod log_store;

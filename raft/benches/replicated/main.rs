@@ -1,14 +1,20 @@
 //! 3-node replicated commit (three `walraft-node` processes on loopback, writes through the
 //! TCP client API, acknowledged when committed by a majority and applied) next to the
-//! single-node commit pipeline (`wal::pipeline`, durable ⇒ committed, applied), in the same
-//! run, with the same entries: about 256-byte catalog creates under one metalake.
+//! single-node commit pipeline (`wal::pipeline`, durable ⇒ committed, applied), and next to
+//! the same three nodes on raft-log's log store (`raft_log_store.rs`: the same node code,
+//! openraft, state machine, network and clients; this benchmark's own binary runs those nodes,
+//! `--raft-log-node`), in the same run, with the same entries: about 256-byte catalog creates
+//! under one metalake.
 //!
-//! Workloads: `*-1` one writer waiting for each write; `*-8` eight writers, each waiting for
-//! its own. Rounds interleave the workloads in a rotating order (the disk drifts between a
-//! fast and a slow regime for minutes); medians over the rounds, latency percentiles from the
-//! median round. The ratio is replicated / pipeline at the same concurrency.
+//! Workloads: `*-1` one writer waiting for each write; `*-8` and `*-64` eight and sixty-four
+//! writers, each waiting for its own. Rounds interleave the workloads in a rotating order (the
+//! disk drifts between a fast and a slow regime for minutes); medians over the rounds, latency
+//! percentiles from the median round. Ratios: replicated / pipeline at the same concurrency,
+//! and this crate's store / raft-log's.
 //!
-//! `cargo bench -p wal-raft --bench replicated` (about 40 s; release build).
+//! `cargo bench -p wal-raft --bench replicated` (about 2 minutes; release build).
+
+mod raft_log_store;
 
 use catalog::{Catalog, Command, EntityId, EntityKind};
 use std::collections::BTreeMap;
@@ -19,6 +25,7 @@ use std::time::{Duration, Instant};
 use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal_raft::client::Client;
 use wal_raft::net::wire::WriteReply;
+use wal_raft::node::{NodeConfig, Started};
 use wal_raft::{IoStats, Response};
 
 /// Under `cargo test` (cargo passes `--bench` only from `cargo bench`) the benchmark runs once
@@ -143,15 +150,35 @@ impl Drop for Cluster {
     }
 }
 
-fn cluster(dir: &std::path::Path) -> Cluster {
+/// Which log store a cluster's nodes run on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Store {
+    /// This crate's (`walraft-node run`).
+    Ours,
+    /// raft-log's (this binary, `--raft-log-node`).
+    RaftLog,
+}
+
+fn cluster(dir: &std::path::Path, store: Store) -> Cluster {
     let ls: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let addrs: Vec<String> = ls.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
     drop(ls);
     let mut c = Cluster { children: Vec::new(), addrs: addrs.clone() };
     let ids: BTreeMap<u64, String> = (1..=3).zip(addrs).collect();
     for (id, addr) in &ids {
-        let mut p = Proc::new(BIN);
-        p.args(["run", "--plaintext", "--id", &id.to_string(), "--listen", addr, "--data"])
+        let mut p = match store {
+            Store::Ours => {
+                let mut p = Proc::new(BIN);
+                p.args(["run", "--plaintext"]);
+                p
+            }
+            Store::RaftLog => {
+                let mut p = Proc::new(std::env::current_exe().unwrap());
+                p.arg(RAFT_LOG_NODE);
+                p
+            }
+        };
+        p.args(["--id", &id.to_string(), "--listen", addr, "--data"])
             .arg(dir.join(format!("n{id}")))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -168,6 +195,46 @@ fn cluster(dir: &std::path::Path) -> Cluster {
     c
 }
 
+/// The argument that makes this binary a node on raft-log's store.
+const RAFT_LOG_NODE: &str = "--raft-log-node";
+
+/// Runs a node on raft-log's store until killed: `--id N --listen A --data D [--peer M=B]...
+/// [--initialize]`, every other setting [`NodeConfig::new`]'s (what `walraft-node run` uses
+/// by default), plaintext on loopback.
+fn raft_log_node(args: &[String]) -> ! {
+    let mut it = args.iter();
+    let (mut id, mut listen, mut data, mut peers, mut init) =
+        (0, String::new(), None, BTreeMap::new(), false);
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().unwrap_or_default();
+        match a.as_str() {
+            "--id" => id = val().parse().unwrap(),
+            "--listen" => listen = val(),
+            "--data" => data = Some(std::path::PathBuf::from(val())),
+            "--peer" => {
+                let v = val();
+                let (i, addr) = v.split_once('=').unwrap();
+                peers.insert(i.parse().unwrap(), addr.to_string());
+            }
+            "--initialize" => init = true,
+            _ => {}
+        }
+    }
+    let data = data.expect("--data");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async move {
+        let log = raft_log_store::RaftLogStore::open(&data.join("raft-log")).unwrap();
+        let mut cfg = NodeConfig::new(id, listen, peers, data);
+        cfg.initialize = init;
+        let _node = match wal_raft::node::start_on(cfg, log).await.unwrap() {
+            Started::Running(n) => n,
+            _ => panic!("a node on raft-log did not start"),
+        };
+        std::future::pending::<()>().await;
+    });
+    unreachable!()
+}
+
 async fn raft_round(c: &Cluster, parent: u64, writers: usize, round: usize) -> Run {
     let before = io_stats(c).await;
     let start = Instant::now();
@@ -180,7 +247,18 @@ async fn raft_round(c: &Cluster, parent: u64, writers: usize, round: usize) -> R
                 while start.elapsed() < round_len() {
                     let at = Instant::now();
                     let r = client.write(&cmd(parent, t, n, round, writers)).await;
-                    assert!(matches!(r, WriteReply::Committed { outcome: Response::Done(_), .. }), "{r:?}");
+                    // A retry (the first attempt timed out under load) that finds its request
+                    // applied is this write's commit too: `Duplicate` of its own index.
+                    assert!(
+                        matches!(
+                            r,
+                            WriteReply::Committed {
+                                outcome: Response::Done(_) | Response::Duplicate { .. },
+                                ..
+                            }
+                        ),
+                        "{r:?}"
+                    );
                     lat.push(at.elapsed().as_secs_f64() * 1e6);
                     n += 1;
                 }
@@ -198,43 +276,61 @@ async fn raft_round(c: &Cluster, parent: u64, writers: usize, round: usize) -> R
     Run { ops, lat_us, io }
 }
 
+/// The first write of a new cluster (a metalake every later write goes under): its index.
+fn first_write(rt: &tokio::runtime::Runtime, c: &Cluster) -> u64 {
+    let boot = Client::new(c.addrs.clone());
+    let lake =
+        Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] };
+    match rt.block_on(boot.write(&lake)) {
+        WriteReply::Committed { index, outcome: Response::Done(_) } => index,
+        other => panic!("the cluster did not take the first write: {other:?}"),
+    }
+}
+
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(RAFT_LOG_NODE) {
+        raft_log_node(&args[2..]);
+    }
+    if args.iter().any(|a| a == "--list") {
         return;
     }
     let d = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let c = cluster(&d.path().join("raft"));
-    let boot = Client::new(c.addrs.clone());
-    let lake =
-        Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] };
-    let parent = match rt.block_on(boot.write(&lake)) {
-        WriteReply::Committed { index, outcome: Response::Done(_) } => index,
-        other => panic!("the cluster did not take the first write: {other:?}"),
-    };
-    let work: [(&str, usize); 4] = [("pipeline-1", 1), ("raft3-1", 1), ("pipeline-8", 8), ("raft3-8", 8)];
+    let ours = cluster(&d.path().join("raft"), Store::Ours);
+    let theirs = cluster(&d.path().join("raft-log"), Store::RaftLog);
+    let parents = [first_write(&rt, &ours), first_write(&rt, &theirs)];
+    // Each concurrency: the pipeline, this crate's store, raft-log's (the ratios below rely on
+    // this order).
+    let work: Vec<(String, usize)> = [1, 8, 64]
+        .iter()
+        .flat_map(|&n| ["pipeline", "raft3", "raftlog3"].map(|w| (format!("{w}-{n}"), n)))
+        .collect();
     let mut results: Vec<Vec<Run>> = (0..work.len()).map(|_| Vec::new()).collect();
     for round in 0..rounds() {
         for k in 0..work.len() {
             let i = (k + round) % work.len();
-            let (name, writers) = work[i];
+            let (name, writers) = (&work[i].0, work[i].1);
             let r = if name.starts_with("pipeline") {
                 pipeline_round(&d.path().join(name), writers, round)
+            } else if name.starts_with("raftlog") {
+                rt.block_on(raft_round(&theirs, parents[1], writers, round))
             } else {
-                rt.block_on(raft_round(&c, parent, writers, round))
+                rt.block_on(raft_round(&ours, parents[0], writers, round))
             };
             results[i].push(r);
         }
     }
-    drop(c);
+    drop(ours);
+    drop(theirs);
     println!(
         "replicated: ~256-byte catalog creates, {} interleaved rounds of {:?}, medians",
         rounds(),
         round_len()
     );
     println!(
-        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14}",
-        "workload", "median/s", "min/s", "max/s", "p50 us", "p99 us", "vs pipeline"
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}",
+        "workload", "median/s", "min/s", "max/s", "p50 us", "p99 us", "p999 us", "vs pipeline", "vs raft-log"
     );
     let meds: Vec<f64> =
         results.iter().map(|v| median(&mut v.iter().map(|r| r.ops).collect::<Vec<_>>())).collect();
@@ -245,12 +341,18 @@ fn main() {
             (ops.iter().cloned().fold(f64::MAX, f64::min), ops.iter().cloned().fold(0.0, f64::max));
         let mid =
             v.iter().min_by(|a, b| (a.ops - meds[i]).abs().total_cmp(&(b.ops - meds[i]).abs())).unwrap();
-        let vs = if name.starts_with("raft") { format!("{:.2}x", meds[i] / meds[i - 1]) } else { "-".into() };
+        // `work` holds pipeline, ours, raft-log's in that order for each concurrency.
+        let (vs_pipeline, vs_raft_log) = match i % 3 {
+            1 => (format!("{:.2}x", meds[i] / meds[i - 1]), format!("{:.2}x", meds[i] / meds[i + 1])),
+            2 => (format!("{:.2}x", meds[i] / meds[i - 2]), "-".into()),
+            _ => ("-".into(), "-".into()),
+        };
         println!(
-            "{name:<12} {:>9.0} {lo:>9.0} {hi:>9.0} {:>9.0} {:>9.0} {vs:>14}",
+            "{name:<12} {:>9.0} {lo:>9.0} {hi:>9.0} {:>9.0} {:>9.0} {:>9.0} {vs_pipeline:>12} {vs_raft_log:>12}",
             meds[i],
             percentile(&mid.lat_us, 0.5),
-            percentile(&mid.lat_us, 0.99)
+            percentile(&mid.lat_us, 0.99),
+            percentile(&mid.lat_us, 0.999)
         );
     }
     // Where the fdatasyncs go (the median round of each replicated workload): per node, syncs
@@ -262,6 +364,10 @@ fn main() {
         else {
             continue;
         };
+        if name.starts_with("raftlog") {
+            // raft-log's store keeps no such counters.
+            continue;
+        }
         let commits = mid.lat_us.len().max(1) as f64;
         for (role, s) in &mid.io {
             println!(

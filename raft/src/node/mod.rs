@@ -188,12 +188,9 @@ impl RunningNode {
     }
 }
 
-/// Opens the data directory and, unless the state verdict refuses, starts the node.
-pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
-    if let Some(why) = crate::fence::read(&cfg.data_dir)? {
-        return Ok(Started::Fenced { why });
-    }
-    // Before anything is opened: a node whose certificate or peers cannot work does not start.
+/// What every start checks before it opens anything: a node whose certificate, peers or
+/// settings cannot work does not start.
+fn check_config(cfg: &NodeConfig) -> io::Result<()> {
     cfg.security.check_node(cfg.id)?;
     for peer in cfg.peers.values().chain([&cfg.listen]).chain(cfg.metrics_listen.as_ref()) {
         cfg.security.check_peer(peer)?;
@@ -207,6 +204,22 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
             cfg.checkpoint_every
         )));
     }
+    if cfg.max_frame_bytes < crate::net::frame::MIN_FRAME_LEN {
+        return Err(io::Error::other(format!(
+            "max_frame_bytes {} is below {}",
+            cfg.max_frame_bytes,
+            crate::net::frame::MIN_FRAME_LEN
+        )));
+    }
+    Ok(())
+}
+
+/// Opens the data directory and, unless the state verdict refuses, starts the node.
+pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
+    if let Some(why) = crate::fence::read(&cfg.data_dir)? {
+        return Ok(Started::Fenced { why });
+    }
+    check_config(&cfg)?;
     let log_dir = cfg.data_dir.join("log");
     let sm_dir = cfg.data_dir.join("sm");
     let opts = log_options(cfg.segment_len_bytes);
@@ -230,6 +243,42 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
             stats: claims.stats.clone(),
         });
     let io_stats = log.io_stats_handle();
+    serve(cfg, log, sm, Some(io_stats), verdict, fence, claims, claim_rx).await
+}
+
+/// Starts a node on another openraft log store, `log`, for comparisons only: the benchmarks
+/// run the same node (network, state machine, server, clients) on raft-log's store
+/// (`raft/benches/raft_log_store.rs`). Nothing of the product's open applies: no state
+/// verdict (such a log records no checkpoints; the verdict is CLEAN with none), no checkpoints
+/// and no digest claims, so such a node does less per commit than one on [`LogStore`].
+pub async fn start_on<L>(cfg: NodeConfig, log: L) -> io::Result<Started>
+where
+    L: openraft::storage::RaftLogStorage<TypeConfig>,
+{
+    check_config(&cfg)?;
+    let sm = StateMachineStore::open(Some(&cfg.data_dir.join("sm")))?;
+    let fence = Fence::new(&cfg.data_dir);
+    let claims = Arc::new(claims::Claims::new(cfg.id, fence.clone()));
+    let (_, claim_rx) = tokio::sync::mpsc::channel(claims::CLAIM_QUEUE);
+    let verdict = StateVerdict::Clean { checkpoints: 0, through: None, claims: 0 };
+    serve(cfg, log, sm, None, verdict, fence, claims, claim_rx).await
+}
+
+/// Binds the ports and starts openraft on `log` and `sm`, then the server.
+#[allow(clippy::too_many_arguments)]
+async fn serve<L>(
+    cfg: NodeConfig,
+    log: L,
+    sm: StateMachineStore,
+    io_stats: Option<crate::IoStatsHandle>,
+    verdict: StateVerdict,
+    fence: Fence,
+    claims: Arc<claims::Claims>,
+    claim_rx: tokio::sync::mpsc::Receiver<crate::Claim>,
+) -> io::Result<Started>
+where
+    L: openraft::storage::RaftLogStorage<TypeConfig>,
+{
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
     cfg.security.check_listen(addr)?;
@@ -251,12 +300,6 @@ pub async fn start(cfg: NodeConfig) -> io::Result<Started> {
     }
     let partition = Partition::default();
     let max_frame = cfg.max_frame_bytes;
-    if max_frame < crate::net::frame::MIN_FRAME_LEN {
-        return Err(io::Error::other(format!(
-            "max_frame_bytes {max_frame} is below {}",
-            crate::net::frame::MIN_FRAME_LEN
-        )));
-    }
     let addresses = crate::net::transport::Addresses::default();
     let net = TcpNetFactory {
         partition: partition.clone(),

@@ -63,13 +63,24 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>) {
 /// The text of one scrape: the log writer's figures, then the node's.
 async fn scrape(ctx: &Ctx) -> String {
     let node = server::metrics(ctx).await;
-    render(node, ctx.io_stats.wal_stats())
+    match &ctx.io_stats {
+        Some(h) => render(node, h.wal_stats()),
+        None => render_node(node, None),
+    }
 }
 
 /// `node` and `wal` as the Prometheus text format.
 pub fn render(node: NodeMetrics, wal: wal::Stats) -> String {
+    render_node(node, Some(wal))
+}
+
+/// `node`, and `wal` when the node runs on this crate's log store, as the Prometheus text
+/// format.
+fn render_node(node: NodeMetrics, wal: Option<wal::Stats>) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(wal::prometheus::WalCollector::snapshot(wal)));
+    if let Some(wal) = wal {
+        registry.register_collector(Box::new(wal::prometheus::WalCollector::snapshot(wal)));
+    }
     registry.register_collector(Box::new(NodeCollector(node)));
     let mut text = String::new();
     // Writing into a String fails only if an encoder does, and these do not.

@@ -75,7 +75,8 @@ pub struct Ctx {
     /// ([`stall::silence`]): a follower does not forward to a silent leader.
     pub contact: stall::Contact,
     pub leader_silence: Duration,
-    pub io_stats: crate::IoStatsHandle,
+    /// The log writer's counters; `None` on another log store ([`super::start_on`]).
+    pub io_stats: Option<crate::IoStatsHandle>,
     /// The largest frame this node reads or writes (`NodeConfig::max_frame_bytes`).
     pub max_frame: usize,
     /// Idle connections to other nodes' ports, for forwarded writes, by the node each was
@@ -522,7 +523,7 @@ pub(crate) async fn metrics(ctx: &Ctx) -> NodeMetrics {
         fatal,
         fenced: ctx.claims.fence.reason().map(str::to_string),
         claims: ctx.claims.stats.get(),
-        io: ctx.io_stats.get(),
+        io: ctx.io_stats.as_ref().map(|h| h.get()).unwrap_or_default(),
         voters: m.membership_config.membership().voter_ids().collect(),
         learners: m.membership_config.membership().learner_ids().collect(),
         quorum_ack_ms: m
