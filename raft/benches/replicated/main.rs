@@ -12,6 +12,9 @@
 //! percentiles from the median round. Ratios: replicated / pipeline at the same concurrency,
 //! and this crate's store / raft-log's.
 //!
+//! Before each round, the device's own fdatasync latency (a 4 KiB rewrite + fdatasync loop for
+//! 0.5 s) is measured and printed beside the table.
+//!
 //! `cargo bench -p wal-raft --bench replicated` (about 2 minutes; release build).
 
 mod raft_log_store;
@@ -276,6 +279,33 @@ async fn raft_round(c: &Cluster, parent: u64, writers: usize, round: usize) -> R
     Run { ops, lat_us, io }
 }
 
+/// How long each round's device probe runs.
+fn probe_len() -> Duration {
+    Duration::from_millis(if smoke() { 50 } else { 500 })
+}
+
+/// The device's fdatasync latency right now: 4 KiB written at the start of a file in `dir`
+/// and fdatasynced, again and again for [`probe_len`]; each latency in microseconds.
+fn fdatasync_probe(dir: &std::path::Path) -> Vec<f64> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join("fdatasync-probe");
+    let f =
+        std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path).unwrap();
+    let block = [0x5au8; 4096];
+    f.write_all_at(&block, 0).unwrap();
+    f.sync_all().unwrap();
+    let (start, mut lat) = (Instant::now(), Vec::new());
+    while start.elapsed() < probe_len() {
+        let at = Instant::now();
+        f.write_all_at(&block, 0).unwrap();
+        f.sync_data().unwrap();
+        lat.push(at.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    lat
+}
+
 /// The first write of a new cluster (a metalake every later write goes under): its index.
 fn first_write(rt: &tokio::runtime::Runtime, c: &Cluster) -> u64 {
     let boot = Client::new(c.addrs.clone());
@@ -300,14 +330,18 @@ fn main() {
     let ours = cluster(&d.path().join("raft"), Store::Ours);
     let theirs = cluster(&d.path().join("raft-log"), Store::RaftLog);
     let parents = [first_write(&rt, &ours), first_write(&rt, &theirs)];
-    // Each concurrency: the pipeline, this crate's store, raft-log's (the ratios below rely on
-    // this order).
+    // Each concurrency: the pipeline, this crate's store, raft-log's. `REPLICATED_ONLY=a,b`
+    // keeps only the workloads named (to profile one; ratios print where both sides ran).
+    let only = std::env::var("REPLICATED_ONLY").ok();
     let work: Vec<(String, usize)> = [1, 8, 64]
         .iter()
         .flat_map(|&n| ["pipeline", "raft3", "raftlog3"].map(|w| (format!("{w}-{n}"), n)))
+        .filter(|(name, _)| only.as_ref().is_none_or(|o| o.split(',').any(|w| w == name)))
         .collect();
     let mut results: Vec<Vec<Run>> = (0..work.len()).map(|_| Vec::new()).collect();
+    let mut probes: Vec<Vec<f64>> = Vec::new();
     for round in 0..rounds() {
+        probes.push(fdatasync_probe(d.path()));
         for k in 0..work.len() {
             let i = (k + round) % work.len();
             let (name, writers) = (&work[i].0, work[i].1);
@@ -323,6 +357,18 @@ fn main() {
     }
     drop(ours);
     drop(theirs);
+    // The device itself, once per round before the workloads: the median round's figures.
+    probes.sort_by(|a, b| percentile(a, 0.5).total_cmp(&percentile(b, 0.5)));
+    if let Some(p) = probes.get(probes.len() / 2) {
+        println!(
+            "device: 4 KiB pwrite + fdatasync, {} in {:?}: p50 {:.0} us, p99 {:.0} us (median of {} rounds)",
+            p.len(),
+            probe_len(),
+            percentile(p, 0.5),
+            percentile(p, 0.99),
+            probes.len()
+        );
+    }
     println!(
         "replicated: ~256-byte catalog creates, {} interleaved rounds of {:?}, medians",
         rounds(),
@@ -341,10 +387,14 @@ fn main() {
             (ops.iter().cloned().fold(f64::MAX, f64::min), ops.iter().cloned().fold(0.0, f64::max));
         let mid =
             v.iter().min_by(|a, b| (a.ops - meds[i]).abs().total_cmp(&(b.ops - meds[i]).abs())).unwrap();
-        // `work` holds pipeline, ours, raft-log's in that order for each concurrency.
-        let (vs_pipeline, vs_raft_log) = match i % 3 {
-            1 => (format!("{:.2}x", meds[i] / meds[i - 1]), format!("{:.2}x", meds[i] / meds[i + 1])),
-            2 => (format!("{:.2}x", meds[i] / meds[i - 2]), "-".into()),
+        let n = work[i].1;
+        let ratio = |other: &str| {
+            let at = work.iter().position(|(w, _)| *w == format!("{other}-{n}"));
+            at.map_or("-".into(), |j| format!("{:.2}x", meds[i] / meds[j]))
+        };
+        let (vs_pipeline, vs_raft_log) = match name.split('-').next() {
+            Some("raft3") => (ratio("pipeline"), ratio("raftlog3")),
+            Some("raftlog3") => (ratio("pipeline"), "-".into()),
             _ => ("-".into(), "-".into()),
         };
         println!(

@@ -201,7 +201,7 @@ struct RunArgs {
     election_min_ms: u64,
     #[arg(long, default_value_t = 800)]
     election_max_ms: u64,
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 100_000)]
     snapshot_every: u64,
     #[arg(long, default_value_t = 1000)]
     keep_logs: u64,
