@@ -562,14 +562,20 @@ async fn run(a: RunArgs) -> i32 {
         // supervisor restarts the node from its durable log and snapshot. Not when the node
         // fenced itself (its core stopped on purpose): it stays up, answering metrics with
         // why, until it is stopped; a restart would be refused anyway.
-        // A core that panicked drops its metrics channel without saying so in
-        // `running_state`: a closed channel is a stop too.
-        let mut rx = raft.metrics();
+        // A core that panicked drops its metrics channels without saying so in
+        // `running_state`: a closed channel is a stop too. The server metrics' channel (it
+        // changes rarely) closes with the others, and does not wake this per commit.
+        let mut rx = raft.server_metrics();
+        let full = raft.metrics();
         loop {
             tokio::select! {
                 r = rx.changed() => {
                     if r.is_err() && fence.reason().is_none() {
-                        return "openraft's core ended (its metrics channel closed: a panic?)".to_string();
+                        // Stopped on an error (its last metrics say which), or a panic.
+                        return match &full.borrow_watched().running_state {
+                            Err(e) => e.to_string(),
+                            Ok(()) => "openraft's core ended (its metrics channel closed: a panic?)".to_string(),
+                        };
                     }
                 }
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -578,7 +584,7 @@ async fn run(a: RunArgs) -> i32 {
                 // Fenced on purpose: wait for the stop (and do not spin on a closed channel).
                 std::future::pending::<()>().await;
             }
-            if let Err(e) = &rx.borrow_watched().running_state {
+            if let Err(e) = &full.borrow_watched().running_state {
                 return e.to_string();
             }
         }

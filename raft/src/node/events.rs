@@ -18,7 +18,12 @@ use tracing::{error, info, warn};
 /// `lease` without a change: a leader cut off from the others changes nothing in its metrics.
 /// Each membership's addresses go to `addresses`, which the network reads before it connects.
 pub async fn watch(raft: RaftNode, id: u64, lease: Duration, addresses: Addresses) {
-    let mut rx = raft.metrics();
+    // Woken by the server metrics (role, term, leader, membership: they change rarely) and a
+    // tick, not by the full metrics, which change with every index: a wake-up per commit on
+    // a busy node cost a futex wake and a task switch each. The values are read from the full
+    // metrics when woken.
+    let mut rx = raft.server_metrics();
+    let full = raft.metrics();
     let mut role = None;
     // The membership entry's log id last seen: the metrics change with every index, the
     // membership rarely, so it is formatted and the address book rebuilt only when it moved.
@@ -26,7 +31,8 @@ pub async fn watch(raft: RaftNode, id: u64, lease: Duration, addresses: Addresse
     let mut lease_held = None;
     loop {
         let (now, membership, held, stopped) = {
-            let m = rx.borrow_and_update();
+            rx.borrow_and_update();
+            let m = full.borrow_watched();
             let membership_id = *m.membership_config.log_id();
             let membership = (members != Some(membership_id)).then(|| {
                 let mem = m.membership_config.membership();
@@ -70,11 +76,17 @@ pub async fn watch(raft: RaftNode, id: u64, lease: Duration, addresses: Addresse
         }
         tokio::select! {
             r = rx.changed() => if r.is_err() {
-                // The core dropped its metrics: it ended without a `running_state` error (a panic).
-                error!(node = id, "raft core ended (its metrics channel closed)");
+                // The core dropped its metrics: it ended, with a `running_state` error if it
+                // stopped on one, without (a panic) otherwise.
+                match full.borrow_watched().running_state.as_ref().err() {
+                    Some(e) => error!(node = id, why = %e, "raft core stopped"),
+                    None => error!(node = id, "raft core ended (its metrics channel closed)"),
+                }
                 return;
             },
-            _ = tokio::time::sleep(lease) => {}
+            // A lease lost or held again shows in the full metrics only: looked at four times
+            // a lease.
+            _ = tokio::time::sleep(lease / 4) => {}
         }
     }
 }
