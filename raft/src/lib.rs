@@ -60,7 +60,7 @@ pub use claims::Claim;
 pub use codec::{
     decode_entry, encode_entry, COMMITTED_META_KEY, ENTRY_ENCODING_VERSION, PURGED_META_KEY, VOTE_META_KEY,
 };
-pub use log_store::{log_options, IoStats, IoStatsHandle, LogReader, LogStore};
+pub use log_store::{bounds, log_options, IoStats, IoStatsHandle, LogReader, LogStore};
 pub use state_machine::{
     ClaimConfig, SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE,
 };

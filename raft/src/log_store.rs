@@ -402,7 +402,9 @@ impl Drop for LogStore {
 }
 
 /// `[start, end)` of a range of indexes.
-fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+/// A range of log indexes as `start..end` (end exclusive, saturating), the shape every reader
+/// of entries takes; public for the benchmarks' second log store.
+pub fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
     let start = match range.start_bound() {
         RBound::Included(&s) => s,
         RBound::Excluded(&s) => s.saturating_add(1),

@@ -27,7 +27,7 @@ use raft_log::api::raft_log_writer::RaftLogWriter;
 use raft_log::{Config, RaftLog};
 use std::fmt::Debug;
 use std::io;
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use wal_raft::codec;
@@ -120,26 +120,12 @@ async fn synced(rx: tokio::sync::oneshot::Receiver<io::Result<()>>) -> io::Resul
     rx.await.map_err(|_| io::Error::other("raft-log's flush worker stopped"))?
 }
 
-fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
-    let start = match range.start_bound() {
-        Bound::Included(&s) => s,
-        Bound::Excluded(&s) => s + 1,
-        Bound::Unbounded => 0,
-    };
-    let end = match range.end_bound() {
-        Bound::Included(&e) => e + 1,
-        Bound::Excluded(&e) => e,
-        Bound::Unbounded => u64::MAX,
-    };
-    (start, end)
-}
-
 impl RaftLogReader<TypeConfig> for RaftLogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
-        let (start, end) = bounds(&range);
+        let (start, end) = wal_raft::bounds(&range);
         let g = self.lock();
         g.read(start, end).map(|r| r.and_then(|(id, payload)| codec::decode_entry(id.1, &payload))).collect()
     }
