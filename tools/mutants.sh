@@ -33,7 +33,7 @@ TABLE=(
   "mutant-ack-before-sync|I3|wal/mutant-ack-before-sync|wal:test:io_thread wal:test:pipelining wal:test:fault_sweep:fast_subset walcheck:test:kill9 wal-powerloss:test:powerloss"
   "mutant-ack-before-write|I3|wal/mutant-ack-before-write|walcheck:test:kill9"
   "mutant-no-dir-sync|I3|wal/mutant-no-dir-sync|wal-powerloss:test:powerloss"
-  "mutant-attested-damage-as-torn|I4|wal/mutant-attested-damage-as-torn|wal:lib:classify wal:test:corruption wal:test:fault_sweep:fast_subset"
+  "mutant-attested-damage-as-torn|I4|wal-format/mutant-attested-damage-as-torn|wal-format:lib:classify wal:test:corruption wal:test:fault_sweep:fast_subset"
   "mutant-append-blocks-on-sync|I5|wal/mutant-append-blocks-on-sync|wal:test:io_thread:append_returns_while_the_sync_of_its_own_batch_is_held"
   "mutant-no-fence-on-sync-error|I6|wal/mutant-no-fence-on-sync-error|wal:test:recovery_modes wal:test:io_thread wal:test:pipelining wal:test:fault_sweep:fast_subset"
   "mutant-stale-epoch-accepted|I7|wal/mutant-stale-epoch-accepted|wal:test:basic wal:test:io_thread wal:test:pipeline wal:test:fault_sweep:fast_subset"

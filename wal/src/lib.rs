@@ -69,19 +69,19 @@ compile_error!(
     "a mutant-* feature is on in a build without debug assertions: they exist only for tools/mutants.sh"
 );
 
+// The on-disk format, the walker and the decision table live in the format crate (wal/format,
+// no I/O); the engine names them as its own modules, and the workspace's crates reach them
+// through here with `internal`.
+use wal_format::batch;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use wal_format::{classify, format, scan, stale};
+#[cfg(not(feature = "internal"))]
+use wal_format::{classify, format, scan, stale};
+
 // Modules the workspace's own crates read (the verifier, walcheck, fixtures, fuzzing, the Raft
 // adapter, the tests): public only with the `internal` feature, and hidden from the docs. A
 // controller sees the root's items and the state layer (`state`, `pipeline`).
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod classify;
-#[cfg(not(feature = "internal"))]
-mod classify;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod format;
-#[cfg(not(feature = "internal"))]
-mod format;
 #[cfg(feature = "internal")]
 #[doc(hidden)]
 pub mod lifecycle;
@@ -94,23 +94,11 @@ pub mod recovery;
 mod recovery;
 #[cfg(feature = "internal")]
 #[doc(hidden)]
-pub mod scan;
-#[cfg(not(feature = "internal"))]
-mod scan;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod stale;
-#[cfg(not(feature = "internal"))]
-mod stale;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
 pub mod storage;
 #[cfg(not(feature = "internal"))]
 mod storage;
 
-mod batch;
 mod close_state;
-mod crc;
 mod error;
 mod io_thread;
 mod log;

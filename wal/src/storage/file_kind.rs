@@ -17,33 +17,7 @@ use std::fs::{File, FileType, OpenOptions};
 use std::io;
 use std::path::Path;
 
-/// A name the log owns that is not a regular file: never read, never written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotRegularFile {
-    /// The file's name in the log directory.
-    pub name: String,
-    /// What it is instead: "a FIFO", "a symbolic link to a regular file", ...
-    pub what: &'static str,
-}
-
-impl std::fmt::Display for NotRegularFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} is {}, not a regular file (not read)", self.name, self.what)
-    }
-}
-
-impl std::error::Error for NotRegularFile {}
-
-impl NotRegularFile {
-    /// The [`NotRegularFile`] an I/O error carries, if it is one.
-    pub fn of(e: &io::Error) -> Option<&NotRegularFile> {
-        e.get_ref().and_then(|inner| inner.downcast_ref::<NotRegularFile>())
-    }
-
-    fn error(name: &str, what: &'static str) -> io::Error {
-        io::Error::new(io::ErrorKind::InvalidInput, NotRegularFile { name: name.to_string(), what })
-    }
-}
+pub use wal_format::damage::NotRegularFile;
 
 fn type_word(t: FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
@@ -108,7 +82,7 @@ pub fn open_regular(dir: &Path, name: &str, opts: &mut OpenOptions, creating: bo
     let path = dir.join(name);
     if !creating {
         match not_regular(&path) {
-            Ok(Some(what)) => return Err(NotRegularFile::error(name, what)),
+            Ok(Some(what)) => return Err(NotRegularFile::io_error(name, what)),
             Ok(None) => {}
             // Gone: the open says so the usual way (NotFound), or creates it.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -121,13 +95,13 @@ pub fn open_regular(dir: &Path, name: &str, opts: &mut OpenOptions, creating: bo
         // Replaced since the look (ELOOP: a symbolic link; ENXIO: a socket, a FIFO without a
         // reader; EISDIR): say what is there now.
         Err(e) => match not_regular(&path) {
-            Ok(Some(what)) => return Err(NotRegularFile::error(name, what)),
+            Ok(Some(what)) => return Err(NotRegularFile::io_error(name, what)),
             _ => return Err(e),
         },
     };
     let t = f.metadata()?.file_type();
     if !t.is_file() {
-        return Err(NotRegularFile::error(name, type_word(t)));
+        return Err(NotRegularFile::io_error(name, type_word(t)));
     }
     blocking_again(&f)?;
     Ok(f)

@@ -3,7 +3,7 @@
 //! expects, damage, or a newer format. Also finding a recycled segment's stale table.
 
 use super::RawDamage;
-use crate::error::DamageKind;
+use crate::damage::DamageKind;
 use crate::format::*;
 use crate::stale::{Owner, StaleTable};
 use zerocopy::FromBytes;
@@ -76,7 +76,7 @@ pub fn stale_of(
 
 /// The damage of a segment whose header says it was recycled and whose stale table does not
 /// check out.
-pub(crate) fn bad_stale_table(h: &SegmentHeader) -> RawDamage {
+pub fn bad_stale_table(h: &SegmentHeader) -> RawDamage {
     let at = crate::stale::table_offset(h.segment_len.get()) as u64;
     RawDamage {
         kind: DamageKind::BadSegmentHeader("recycled, without a valid stale table"),
@@ -99,8 +99,8 @@ pub fn read_start(bytes: &[u8], expect: &Expect) -> Start {
 }
 
 /// What a file of `file_len` bytes whose header is all zero, and which is not all zero, is:
-/// a spare made of a recycled file (`recycled_spare`: see [`recycled_spare`]), else damage.
-pub(crate) fn zero_header_start(recycled_spare: bool, file_len: usize, expect: &Expect) -> Start {
+/// a spare made of a recycled file (`recycled_spare`), else damage.
+pub fn zero_header_start(recycled_spare: bool, file_len: usize, expect: &Expect) -> Start {
     if recycled_spare {
         return Start::Spare { recycled: true };
     }
@@ -135,7 +135,7 @@ fn start_damage(
 /// [`read_start`] for a file of `file_len` bytes of which `bytes` are the first. Unless `bytes`
 /// is the whole file, it must hold a segment header that is not all zero, or every byte of the
 /// file past it must be zero (a spare is judged on the whole file).
-pub(crate) fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> Start {
+pub fn read_start_in(bytes: &[u8], file_len: usize, expect: &Expect) -> Start {
     let damage =
         |kind, semantic: bool, header_ok: bool| start_damage(kind, semantic, header_ok, file_len, expect);
     let Some(hb) = bytes.get(..SEGMENT_HEADER_LEN) else {

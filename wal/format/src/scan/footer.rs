@@ -4,7 +4,7 @@
 
 use super::decode::{decode, decode_in, header_span, record_span, DecodeFail, Window};
 use super::{Phase, Rec, Walked, Walker};
-use crate::error::DamageKind;
+use crate::damage::DamageKind;
 use crate::format::*;
 use zerocopy::FromBytes;
 
@@ -180,11 +180,11 @@ fn check_index(win: &Window<'_>, index: &[IndexPoint], data_end: u64) -> Result<
 
 /// Whether a batch frame is at `off` of the window (`data_end` bounds it), as a footer's index
 /// point must name: false also when the window cannot tell.
-pub(crate) fn frame_at(win: &Window<'_>, off: usize, data_end: usize) -> bool {
+pub fn frame_at(win: &Window<'_>, off: usize, data_end: usize) -> bool {
     off >= win.base && matches!(decode_in(win, off, data_end), Ok(d) if d.kind == Kind::Frame)
 }
 
-pub(crate) fn parse_footer(payload: &[u8], seq: u64, crc: u32) -> Result<FooterInfo, DamageKind> {
+pub fn parse_footer(payload: &[u8], seq: u64, crc: u32) -> Result<FooterInfo, DamageKind> {
     let fixed = payload.get(..FOOTER_FIXED_LEN).ok_or(DamageKind::BadFooter("too short"))?;
     let p = FooterPayload::read_from_bytes(fixed).map_err(|_| DamageKind::BadFooter("too short"))?;
     let n = p.index_count.get() as usize;

@@ -28,16 +28,16 @@ mod logical;
 mod rules;
 mod start;
 
-pub(crate) use decode::{decode_in, DecodeFail};
+pub use decode::{decode_in, DecodeFail};
 pub use decode::{FrameProbe, Window};
-pub(crate) use footer::frame_at;
+pub use footer::frame_at;
 pub use footer::{read_footer_fast, FooterInfo};
-pub(crate) use logical::{encode_state, parse_state};
+pub use logical::{encode_state, parse_state};
 pub use logical::{parse_meta, Logical};
-pub(crate) use start::{bad_stale_table, read_start_in, zero_header_start};
+pub use start::{bad_stale_table, read_start_in, zero_header_start};
 pub use start::{owner_of, read_start, segment_len_of, stale_of, Expect, Start};
 
-use crate::error::DamageKind;
+use crate::damage::DamageKind;
 use crate::format::*;
 use crate::stale::StaleTable;
 use decode::{decode, header_span};
@@ -202,7 +202,7 @@ impl Walker {
     }
 
     /// Tells the walk that every byte of the file from `at` on reads as zero, because nothing
-    /// was ever written there ([`crate::storage::Storage::written_end`]): the check that the
+    /// was ever written there (the engine's storage seam knows it: `Storage::written_end`): the check that the
     /// rest of the data area and the footer slot are zero stops at `at` instead of reading
     /// (and, through a map, faulting in) up to 64 MiB of reserved blocks that the kernel
     /// would allocate and clear page by page.

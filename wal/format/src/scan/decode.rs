@@ -4,7 +4,7 @@
 //! checks: the walker makes those). Also the bytes a damaged record was judged by, which the
 //! classification looks for a blank sector in.
 
-use crate::error::DamageKind;
+use crate::damage::DamageKind;
 use crate::format::*;
 use std::fmt;
 use zerocopy::FromBytes;
@@ -53,33 +53,38 @@ impl<'a> Window<'a> {
     /// Whether the bytes up to `end` can be judged from this window: it holds them, or it
     /// reaches the end of the file (so whatever it lacks, the file lacks too).
     #[inline]
-    pub(crate) fn covers(&self, end: usize) -> bool {
+    pub fn covers(&self, end: usize) -> bool {
         end <= self.end() || self.end() >= self.file_len
     }
 
     /// The file's bytes `start..end`, if the window holds them.
     #[inline]
-    pub(crate) fn get(&self, start: usize, end: usize) -> Option<&'a [u8]> {
+    pub fn get(&self, start: usize, end: usize) -> Option<&'a [u8]> {
         self.bytes.get(start.checked_sub(self.base)?..end.checked_sub(self.base)?)
     }
 }
 
 /// Outcome of decoding one record's bytes (no chain or logical checks).
-pub(crate) struct Decoded<'a> {
+#[derive(Debug)]
+pub struct Decoded<'a> {
     pub header: &'a RecordHeader,
     pub kind: Kind,
     pub payload: &'a [u8],
     pub total_len: usize,
 }
 
-pub(crate) struct DecodeError {
+/// Why a record's bytes do not decode: what is wrong, whether its header checked out, and
+/// whether the fault is in what the bytes mean rather than in their checksums.
+#[derive(Debug)]
+pub struct DecodeError {
     pub kind: DamageKind,
     pub header_ok: bool,
     pub semantic: bool,
 }
 
 /// Why a record could not be decoded from a window.
-pub(crate) enum DecodeFail {
+#[derive(Debug)]
+pub enum DecodeFail {
     Bad(DecodeError),
     /// The record's bytes up to this offset are past the window's end.
     More(usize),
@@ -92,7 +97,7 @@ impl From<DecodeError> for DecodeFail {
 }
 
 /// Decodes the record at `off`, which must end at or before `limit`.
-pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'_>, DecodeError> {
+pub fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'_>, DecodeError> {
     match decode_in(&Window::whole(bytes), off, limit) {
         Ok(d) => Ok(d),
         Err(DecodeFail::Bad(e)) => Err(e),
@@ -103,10 +108,10 @@ pub(crate) fn decode(bytes: &[u8], off: usize, limit: usize) -> Result<Decoded<'
     }
 }
 
-/// [`decode`] from a window: the same checks in the same order, and `More` when the window
+/// `decode` from a window: the same checks in the same order, and `More` when the window
 /// ends before the bytes the next check needs.
 #[inline]
-pub(crate) fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Result<Decoded<'a>, DecodeFail> {
+pub fn decode_in<'a>(win: &Window<'a>, off: usize, limit: usize) -> Result<Decoded<'a>, DecodeFail> {
     let err = |kind, header_ok, semantic| DecodeError { kind, header_ok, semantic };
     if !win.covers(off + RECORD_HEADER_LEN) {
         return Err(DecodeFail::More(off + RECORD_HEADER_LEN));

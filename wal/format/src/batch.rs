@@ -7,10 +7,10 @@ use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Frame header plus payload.
-pub(crate) const FRAME_LEN: usize = RECORD_HEADER_LEN + FRAME_PAYLOAD_LEN;
+pub const FRAME_LEN: usize = RECORD_HEADER_LEN + FRAME_PAYLOAD_LEN;
 
 /// A record header with sequence, link and checksums left for [`seal_batch`] (or set by the caller).
-pub(crate) fn header(kind: Kind, flags: u8, payload_len: usize, lsn: u64, epoch: u64) -> RecordHeader {
+pub fn header(kind: Kind, flags: u8, payload_len: usize, lsn: u64, epoch: u64) -> RecordHeader {
     RecordHeader {
         crc: U32::new(0),
         header_crc: U32::new(0),
@@ -27,13 +27,7 @@ pub(crate) fn header(kind: Kind, flags: u8, payload_len: usize, lsn: u64, epoch:
 }
 
 /// Encodes a complete record (sequence, link and checksums set) into `out`.
-pub(crate) fn encode_record(
-    mut h: RecordHeader,
-    seq: u64,
-    prev_crc: u32,
-    payload: &[u8],
-    out: &mut Vec<u8>,
-) -> u32 {
+pub fn encode_record(mut h: RecordHeader, seq: u64, prev_crc: u32, payload: &[u8], out: &mut Vec<u8>) -> u32 {
     h.seq = U64::new(seq);
     h.prev_crc = U32::new(prev_crc);
     h.header_crc = U32::new(h.compute_header_crc());
@@ -44,20 +38,22 @@ pub(crate) fn encode_record(
     h.crc.get()
 }
 
-/// Sets sequence, chain links and checksums of a staged batch. Returns the next sequence and the
-/// last checksum.
 /// Where a staged batch's frame is and what it says.
-pub(crate) struct Frame {
+#[derive(Debug)]
+pub struct Frame {
     /// Offset of the frame in the staged buffer (after a segment header, if one leads it).
     pub at: usize,
-    /// Next LSN and writer epoch when the batch opened.
+    /// The next LSN when the batch opened.
     pub lsn: u64,
+    /// The writer epoch when the batch opened.
     pub epoch: u64,
     /// Records staged after the frame (counted while staging, not by walking the buffer).
     pub records: u32,
 }
 
-pub(crate) fn seal_batch(
+/// Sets sequence, chain links and checksums of a staged batch. Returns the next sequence and the
+/// last checksum.
+pub fn seal_batch(
     buf: &mut [u8],
     frame: &Frame,
     mut seq: u64,
@@ -97,7 +93,7 @@ pub(crate) fn seal_batch(
     (seq, prev)
 }
 
-pub(crate) fn merge_counts(into: &mut Counts, batch: &Counts, records: u32) {
+pub fn merge_counts(into: &mut Counts, batch: &Counts, records: u32) {
     into.records += records;
     if batch.entries > 0 {
         into.min_lsn = if into.entries == 0 { batch.min_lsn } else { into.min_lsn.min(batch.min_lsn) };

@@ -6,7 +6,7 @@
 use super::decode::Decoded;
 use super::logical::{parse_meta, parse_state};
 use super::{Logical, Walker};
-use crate::error::DamageKind;
+use crate::damage::DamageKind;
 use crate::format::*;
 
 impl Walker {

@@ -33,7 +33,7 @@
 //! exhaustive test.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use crate::error::CrcVerdict;
+use crate::damage::CrcVerdict;
 use crate::format::*;
 use crate::scan::{decode_in, DecodeFail, RawDamage, Window};
 use crate::stale::{is_blank, StaleTable};
@@ -340,7 +340,7 @@ mod tests {
             .map(|l| format!("{l}\n"))
             .collect();
         assert!(module.contains(&table), "the module docs' table is not:\n{table}");
-        let format = include_str!("../../FORMAT.md");
+        let format = include_str!("../../../FORMAT.md");
         assert!(format.contains(&table), "FORMAT.md section 8's table is not:\n{table}");
     }
 

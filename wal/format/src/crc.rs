@@ -17,7 +17,7 @@ use crate::format::RECORD_HEADER_LEN;
 /// `(header_crc, crc)` of each record. Every slice is one record's header and payload (without
 /// its padding), so at least [`RECORD_HEADER_LEN`] bytes; a shorter one gets `(0, 0)`.
 #[inline]
-pub(crate) fn record_crcs<const N: usize>(recs: [&[u8]; N]) -> [(u32, u32); N] {
+pub fn record_crcs<const N: usize>(recs: [&[u8]; N]) -> [(u32, u32); N] {
     if recs.iter().any(|r| r.len() < RECORD_HEADER_LEN) {
         return [(0, 0); N];
     }

@@ -3,7 +3,7 @@
 //! encoded: the writer encodes one at the start of every segment and in `wal.close`) and a
 //! Meta record's.
 
-use crate::error::DamageKind;
+use crate::damage::DamageKind;
 use crate::format::*;
 use std::collections::BTreeMap;
 use zerocopy::FromBytes;
@@ -35,7 +35,7 @@ pub fn parse_meta(payload: &[u8]) -> Result<(u32, &[u8]), DamageKind> {
     Ok((u32::from_le_bytes(key), payload.get(8..).unwrap_or_default()))
 }
 
-pub(crate) fn parse_state(payload: &[u8]) -> Result<Logical, DamageKind> {
+pub fn parse_state(payload: &[u8]) -> Result<Logical, DamageKind> {
     let bad = |w| DamageKind::BadState(w);
     let fixed = payload.get(..STATE_FIXED_LEN).ok_or(bad("too short"))?;
     let s = StatePayload::read_from_bytes(fixed).map_err(|_| bad("too short"))?;
@@ -74,7 +74,7 @@ pub(crate) fn parse_state(payload: &[u8]) -> Result<Logical, DamageKind> {
 }
 
 /// Encodes a State payload for `l`.
-pub(crate) fn encode_state(l: &Logical, out: &mut Vec<u8>) {
+pub fn encode_state(l: &Logical, out: &mut Vec<u8>) {
     use zerocopy::IntoBytes;
     let s = StatePayload {
         next_lsn: l.next_lsn.into(),

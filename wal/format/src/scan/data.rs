@@ -5,7 +5,7 @@
 
 use super::decode::{decode_in, header_span, record_span, DecodeFail, Window};
 use super::{Phase, Rec, Walked, Walker};
-use crate::error::DamageKind;
+use crate::damage::DamageKind;
 use crate::format::*;
 use zerocopy::FromBytes;
 
