@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Mutants (issue 7): each docs/invariants.md invariant has test-only cargo features that break it on
-# purpose at the one point the code enforces it (`mutant-*` in wal/Cargo.toml and
-# catalog/Cargo.toml; grep for "Mutant (tools/mutants.sh" to see each change). For every mutant
-# this runs the test targets meant to catch it with that feature on, one target at a time:
+# Mutants (issue 7): each docs/invariants.md invariant has test-only mutants that break it on
+# purpose at the one point the code enforces it (the list: wal/format/src/mutants.rs; grep for
+# "Mutant (tools/mutants.sh" to see each change). A build carries one when the environment
+# variable WAL_MUTANT names it (never a cargo feature: a dependent of the engine could switch a
+# feature on). For every mutant this runs the test targets meant to catch it with that mutant
+# built in, one target at a time:
 #
 #   caught    the target failed (or timed out) with the mutant on
 #   passed    the target passed with the mutant on
@@ -13,7 +15,7 @@
 # 10-15 minutes in all on 2 cores).
 #
 #   tools/mutants.sh                              # every mutant
-#   tools/mutants.sh mutant-ack-before-sync ...   # some of them
+#   tools/mutants.sh mutant-ack-before-sync ...   # some of them (the name without mutant- also works)
 #   MUTANTS_SKIP_BASELINE=1 tools/mutants.sh      # skip the run without mutants
 #   MUTANTS_TIMEOUT=300 (seconds per target run), MUTANTS_JOBS=2 (cargo -j)
 #
@@ -25,21 +27,23 @@ JOBS=${MUTANTS_JOBS:-2}
 TIMEOUT=${MUTANTS_TIMEOUT:-300}
 LOGS=${CARGO_TARGET_DIR:-target}/mutants
 mkdir -p "$LOGS"
+# The baseline and every build but a mutant's own carry none.
+unset WAL_MUTANT
 
-# name | invariant | cargo feature | targets (package:lib|test:name[:filter], space separated)
+# name | invariant | WAL_MUTANT | targets (package:lib|test:name[:filter], space separated)
 TABLE=(
-  "mutant-apply-before-commit|I1|wal/mutant-apply-before-commit|wal:test:pipeline"
-  "mutant-replay-ignores-dedupe|I2|wal/mutant-replay-ignores-dedupe|wal:test:state wal:test:pipeline"
-  "mutant-ack-before-sync|I3|wal/mutant-ack-before-sync|wal:test:io_thread wal:test:pipelining wal:test:fault_sweep:fast_subset walcheck:test:kill9 wal-powerloss:test:powerloss"
-  "mutant-ack-before-write|I3|wal/mutant-ack-before-write|walcheck:test:kill9"
-  "mutant-no-dir-sync|I3|wal/mutant-no-dir-sync|wal-powerloss:test:powerloss"
-  "mutant-attested-damage-as-torn|I4|wal-format/mutant-attested-damage-as-torn|wal-format:lib:classify wal:test:corruption wal:test:fault_sweep:fast_subset"
-  "mutant-append-blocks-on-sync|I5|wal/mutant-append-blocks-on-sync|wal:test:io_thread:append_returns_while_the_sync_of_its_own_batch_is_held"
-  "mutant-no-fence-on-sync-error|I6|wal/mutant-no-fence-on-sync-error|wal:test:recovery_modes wal:test:io_thread wal:test:pipelining wal:test:fault_sweep:fast_subset"
-  "mutant-stale-epoch-accepted|I7|wal/mutant-stale-epoch-accepted|wal:test:basic wal:test:io_thread wal:test:pipeline wal:test:fault_sweep:fast_subset"
-  "mutant-no-divergence-fence|I8|wal/mutant-no-divergence-fence|wal:test:pipeline"
-  "mutant-rename-skips-name-check|I9|catalog/mutant-rename-skips-name-check|catalog:test:rules catalog:test:pipeline_races"
-  "mutant-version-not-advanced|I9|catalog/mutant-version-not-advanced|catalog:test:rules catalog:test:pipeline_races"
+  "mutant-apply-before-commit|I1|apply-before-commit|wal:test:pipeline"
+  "mutant-replay-ignores-dedupe|I2|replay-ignores-dedupe|wal:test:state wal:test:pipeline"
+  "mutant-ack-before-sync|I3|ack-before-sync|wal:test:io_thread wal:test:pipelining wal:test:fault_sweep:fast_subset walcheck:test:kill9 wal-powerloss:test:powerloss"
+  "mutant-ack-before-write|I3|ack-before-write|walcheck:test:kill9"
+  "mutant-no-dir-sync|I3|no-dir-sync|wal-powerloss:test:powerloss"
+  "mutant-attested-damage-as-torn|I4|attested-damage-as-torn|wal-format:lib:classify wal:test:corruption wal:test:fault_sweep:fast_subset"
+  "mutant-append-blocks-on-sync|I5|append-blocks-on-sync|wal:test:io_thread:append_returns_while_the_sync_of_its_own_batch_is_held"
+  "mutant-no-fence-on-sync-error|I6|no-fence-on-sync-error|wal:test:recovery_modes wal:test:io_thread wal:test:pipelining wal:test:fault_sweep:fast_subset"
+  "mutant-stale-epoch-accepted|I7|stale-epoch-accepted|wal:test:basic wal:test:io_thread wal:test:pipeline wal:test:fault_sweep:fast_subset"
+  "mutant-no-divergence-fence|I8|no-divergence-fence|wal:test:pipeline"
+  "mutant-rename-skips-name-check|I9|rename-skips-name-check|catalog:test:rules catalog:test:pipeline_races"
+  "mutant-version-not-advanced|I9|version-not-advanced|catalog:test:rules catalog:test:pipeline_races"
 )
 
 # What a target's failure must say to count as catching a mutant; a target not listed here
@@ -71,8 +75,8 @@ start_all=$(date +%s)
 if [[ -z ${MUTANTS_SKIP_BASELINE:-} ]]; then
   declare -A seen=()
   for row in "${TABLE[@]}"; do
-    IFS='|' read -r name inv feature targets <<<"$row"
-    [[ ${#SELECTED[@]} -gt 0 ]] && ! printf '%s\n' "${SELECTED[@]}" | grep -qx "$name" && continue
+    IFS='|' read -r name inv mutant targets <<<"$row"
+    [[ ${#SELECTED[@]} -gt 0 ]] && ! printf '%s\n' "${SELECTED[@]}" | grep -qx -e "$name" -e "$mutant" && continue
     for t in $targets; do seen[$t]=1; done
   done
   for t in "${!seen[@]}"; do
@@ -89,8 +93,8 @@ fi
 survived=0
 rows=()
 for row in "${TABLE[@]}"; do
-  IFS='|' read -r name inv feature targets <<<"$row"
-  [[ ${#SELECTED[@]} -gt 0 ]] && ! printf '%s\n' "${SELECTED[@]}" | grep -qx "$name" && continue
+  IFS='|' read -r name inv mutant targets <<<"$row"
+  [[ ${#SELECTED[@]} -gt 0 ]] && ! printf '%s\n' "${SELECTED[@]}" | grep -qx -e "$name" -e "$mutant" && continue
   t0=$(date +%s)
   caught=()
   passed=()
@@ -99,12 +103,12 @@ for row in "${TABLE[@]}"; do
     log="$LOGS/$name-${t//:/-}.log"
     # Build first, so a mutant that does not compile is not counted as caught.
     # shellcheck disable=SC2046
-    if ! cargo test -j "$JOBS" --features "$feature" --no-run $(target_args "$t") >"$log" 2>&1; then
+    if ! WAL_MUTANT="$mutant" cargo test -j "$JOBS" --no-run $(target_args "$t") >"$log" 2>&1; then
       broken="build failed ($log)"
       break
     fi
     # shellcheck disable=SC2046
-    timeout "$TIMEOUT" cargo test -j "$JOBS" --features "$feature" $(target_args "$t") >>"$log" 2>&1
+    WAL_MUTANT="$mutant" timeout "$TIMEOUT" cargo test -j "$JOBS" $(target_args "$t") >>"$log" 2>&1
     rc=$?
     if [[ $rc -eq 0 ]]; then
       passed+=("$t")

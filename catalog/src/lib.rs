@@ -120,15 +120,6 @@
 //!
 //! [`SetDigest`]: wal::state::SetDigest
 
-// The mutants of tools/mutants.sh break I9 on purpose: never in an optimized build.
-#[cfg(all(
-    not(debug_assertions),
-    any(feature = "mutant-rename-skips-name-check", feature = "mutant-version-not-advanced")
-))]
-compile_error!(
-    "a mutant-* feature is on in a build without debug assertions: they exist only for tools/mutants.sh"
-);
-
 mod command;
 mod diff;
 mod entity;

@@ -264,7 +264,7 @@ impl Catalog {
                 let next = next_version(e, expected_version)?;
                 match self.child_named(parent_key(e.parent), new_name) {
                     // Mutant (tools/mutants.sh, I9): a rename may take a sibling's name.
-                    Some(other) if other != id.0 && !cfg!(feature = "mutant-rename-skips-name-check") => {
+                    Some(other) if other != id.0 && !wal::mutants::on("rename-skips-name-check") => {
                         return Err(Refusal::NameExists {
                             parent: e.parent,
                             name: new_name.into(),
@@ -391,7 +391,7 @@ fn next_version(e: &Entity, expected: u64) -> Result<u64, Refusal> {
         return Err(Refusal::StaleVersion { id: e.id, expected, current: e.version });
     }
     // Mutant (tools/mutants.sh, I9): a mutation keeps the entity's version (ABA).
-    if cfg!(feature = "mutant-version-not-advanced") {
+    if wal::mutants::on("version-not-advanced") {
         return Ok(e.version);
     }
     e.version.checked_add(1).ok_or(Refusal::VersionExhausted { id: e.id })

@@ -49,35 +49,16 @@
 // Every item a controller's build can reach is documented.
 #![cfg_attr(not(feature = "internal"), deny(missing_docs))]
 
-// The mutants of tools/mutants.sh break invariants on purpose: never in an optimized build.
-#[cfg(all(
-    not(debug_assertions),
-    any(
-        feature = "mutant-apply-before-commit",
-        feature = "mutant-replay-ignores-dedupe",
-        feature = "mutant-ack-before-sync",
-        feature = "mutant-ack-before-write",
-        feature = "mutant-no-dir-sync",
-        feature = "mutant-attested-damage-as-torn",
-        feature = "mutant-append-blocks-on-sync",
-        feature = "mutant-no-fence-on-sync-error",
-        feature = "mutant-stale-epoch-accepted",
-        feature = "mutant-no-divergence-fence",
-    )
-))]
-compile_error!(
-    "a mutant-* feature is on in a build without debug assertions: they exist only for tools/mutants.sh"
-);
-
 // The on-disk format, the walker and the decision table live in the format crate (wal/format,
 // no I/O); the engine names them as its own modules, and the workspace's crates reach them
-// through here with `internal`.
+// through here with `internal`. So do the test-only mutants of tools/mutants.sh (`mutants::on`,
+// chosen by WAL_MUTANT at build time: never a cargo feature a dependent could switch on).
 use wal_format::batch;
 #[cfg(feature = "internal")]
 #[doc(hidden)]
-pub use wal_format::{classify, format, scan, stale};
+pub use wal_format::{classify, format, mutants, scan, stale};
 #[cfg(not(feature = "internal"))]
-use wal_format::{classify, format, scan, stale};
+use wal_format::{classify, format, mutants, scan, stale};
 
 // Modules the workspace's own crates read (the verifier, walcheck, fixtures, fuzzing, the Raft
 // adapter, the tests): public only with the `internal` feature, and hidden from the docs. A

@@ -1,7 +1,7 @@
 //! A segment file's bytes read a window at a time, for classifying damage found by a windowed
 //! full scan: classifying reads the damaged record, the sector it starts in and (for a later
 //! frame that attests it) the rest of the file, each through one buffer of about a window, so a
-//! damaged segment costs a window of memory, not its length (issue 22).
+//! damaged segment costs a window of memory, not its length.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use crate::classify::SegmentBytes;

@@ -141,7 +141,7 @@ pub fn decide(
 ) -> Option<CrcVerdict> {
     // Mutant (tools/mutants.sh, I4): damage in attested (synced, acknowledged) data with a
     // zero sector or a short record passes for a torn tail, so a writer would cut it.
-    let attested = attested && !cfg!(feature = "mutant-attested-damage-as-torn");
+    let attested = attested && !crate::mutants::on("attested-damage-as-torn");
     let record_ok = header_ok && body_ok;
     let row = TABLE.iter().find(|r| r.matches(record_ok, semantic, attested, blank_sector));
     // Every combination matches a row (tested); were one to match none, damage is CORRUPT.

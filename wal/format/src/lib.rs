@@ -17,13 +17,9 @@ pub mod classify;
 pub mod crc;
 pub mod damage;
 pub mod format;
+#[doc(hidden)]
+pub mod mutants;
 pub mod scan;
 pub mod stale;
 
 pub use damage::{CrcVerdict, Damage, DamageKind};
-
-// The mutant of tools/mutants.sh breaks an invariant on purpose: never in an optimized build.
-#[cfg(all(not(debug_assertions), feature = "mutant-attested-damage-as-torn"))]
-compile_error!(
-    "a mutant-* feature is on in a build without debug assertions: they exist only for tools/mutants.sh"
-);

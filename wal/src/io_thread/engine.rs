@@ -268,7 +268,7 @@ impl Io {
     pub(super) fn resolve_durable(&mut self) -> bool {
         // Mutant (tools/mutants.sh, I3): acknowledge every written batch as durable before the
         // fdatasync that covers it completed.
-        let durable = if cfg!(feature = "mutant-ack-before-sync") {
+        let durable = if crate::mutants::on("ack-before-sync") {
             self.wal.written_seq()
         } else {
             self.wal.durable_seq()

@@ -1,4 +1,4 @@
-//! The I/O thread (issue 3): callers append without touching the disk; one thread turns whatever
+//! The I/O thread: callers append without touching the disk; one thread turns whatever
 //! is queued into batches, writes them, keeps one fdatasync in flight while it writes the next
 //! ones, and resolves each caller's [`Ticket`].
 //!

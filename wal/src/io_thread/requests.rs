@@ -142,8 +142,7 @@ impl Io {
             Ok(got) if got == promised => {
                 // Mutant (tools/mutants.sh, I3): acknowledge a Durable entry as soon as
                 // it is staged, before its batch is even written (the kill -9 test sees it).
-                #[cfg(feature = "mutant-ack-before-write")]
-                if p.durability == Durability::Durable {
+                if crate::mutants::on("ack-before-write") && p.durability == Durability::Durable {
                     p.slot.resolve(Ok(Lsn(p.lsn)));
                 }
                 self.staged.push(p)

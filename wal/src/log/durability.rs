@@ -95,7 +95,7 @@ impl Wal {
                 if let Err(e) = c.result {
                     // Mutant (tools/mutants.sh, I6): a failed fdatasync is taken as a success
                     // (what a retry that "succeeds" on Linux amounts to); nothing is fenced.
-                    if cfg!(feature = "mutant-no-fence-on-sync-error") {
+                    if crate::mutants::on("no-fence-on-sync-error") {
                         let _ = e;
                     } else {
                         return Err(self.fail_sync(e));
@@ -188,7 +188,7 @@ impl Wal {
             // Mutant (tools/mutants.sh, I6): a failed fdatasync is retried, and a retry that
             // "succeeds" (Linux: the failed pages were marked clean) is taken as durability.
             let retried =
-                cfg!(feature = "mutant-no-fence-on-sync-error") && self.run(Op::SyncData { file }).is_ok();
+                crate::mutants::on("no-fence-on-sync-error") && self.run(Op::SyncData { file }).is_ok();
             if !retried {
                 // Never retried: after a failed fdatasync the kernel may have dropped the pages.
                 return Err(self.fail_sync(e));

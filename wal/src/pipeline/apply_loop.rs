@@ -118,8 +118,8 @@ impl<S: StateMachine> Loop<'_, S> {
     fn advance(&mut self) {
         // Mutant (tools/mutants.sh, I1): apply each entry as soon as it is submitted, before
         // its log outcome (durable, failed) or its commit is known.
-        #[cfg(feature = "mutant-apply-before-commit")]
-        while let Some(e) = self.queue.pop_front() {
+        while crate::mutants::on("apply-before-commit") {
+            let Some(e) = self.queue.pop_front() else { break };
             self.apply(e);
         }
         while let Some(front) = self.queue.front() {

@@ -189,8 +189,8 @@ impl<S: StateMachine + Sync> Pipeline<S> {
             (None, None) => None,
         };
         // Mutant (tools/mutants.sh, I8): a DIVERGENT restart starts writable, not fenced.
-        #[cfg(feature = "mutant-no-divergence-fence")]
-        let fenced = fenced.filter(|f| !f.starts_with("DIVERGENT"));
+        let fenced =
+            fenced.filter(|f| !(crate::mutants::on("no-divergence-fence") && f.starts_with("DIVERGENT")));
         let recovered_end = wal.next_lsn().0.checked_sub(1).map(Lsn).filter(|_| wal.first_lsn().is_some());
         if let (Some(l), None, false, true) =
             (applier.applied(), &fenced, opts.log.read_only, compare.unchecked_entries > 0)

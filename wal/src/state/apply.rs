@@ -142,7 +142,6 @@ impl<S: StateMachine> Applier<S> {
 
     /// Mutant (tools/mutants.sh, I2): replay forgets every request id, so it re-applies
     /// duplicates the online path dropped (a second apply path that drifts).
-    #[cfg(feature = "mutant-replay-ignores-dedupe")]
     pub(crate) fn mutant_forget_request_ids(&mut self) {
         self.seen.clear();
         self.order.clear();

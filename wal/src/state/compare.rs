@@ -104,8 +104,9 @@ impl<S: StateMachine> Replayer<S> {
             return;
         }
         // Mutant (tools/mutants.sh, I2): replay drops the dedupe window the online path keeps.
-        #[cfg(feature = "mutant-replay-ignores-dedupe")]
-        self.applier.mutant_forget_request_ids();
+        if crate::mutants::on("replay-ignores-dedupe") {
+            self.applier.mutant_forget_request_ids();
+        }
         match self.applier.apply(lsn, epoch, payload) {
             Ok(Applied::Duplicate { .. }) => self.report.duplicates += 1,
             Ok(Applied::Outcome(o)) => self.report.refused += o.is_refused() as u64,

@@ -175,7 +175,7 @@ impl FileStorage {
 /// The test-only `mutant-no-dir-sync` skips it, so that the power-loss suite (`powerloss/`) shows
 /// it catches a name that an acknowledgement relied on and a crash took away.
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    if cfg!(feature = "mutant-no-dir-sync") {
+    if crate::mutants::on("no-dir-sync") {
         return Ok(());
     }
     File::open(dir)?.sync_all()

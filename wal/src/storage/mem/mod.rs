@@ -16,7 +16,7 @@
 //! keep with syncs in flight: it counts syncs submitted while a write to the same file was
 //! still unreaped, and a second sync submitted while one was in flight on the same file.
 //!
-//! With [`Faults::seed`] it is the simulated file system of the fault sweep (issue 7): every
+//! With [`Faults::seed`] it is the simulated file system of the fault sweep: every
 //! choice it makes comes from that seed, so a run replays exactly. Held-back operations then run
 //! as a seeded random *part* of them in a seeded random order at each waiting reap (a sync may
 //! run before a write submitted ahead of it, and then does not cover it: the io_uring hazard of a
