@@ -1,6 +1,7 @@
 //! The verification report: verdict words, exit codes, human and JSON renderings.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use wal::{CrcVerdict, Damage};
 
@@ -30,8 +31,9 @@ pub enum NoLog {
     InterruptedCreation,
 }
 
-/// What a scan counted (records as walked; a quick check walks none).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What a scan counted (records as walked; a quick check walks none). Its JSON (the report's
+/// `stats`, the top level of `walcheck stat --json`) is these fields under these names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
     pub segments: usize,
     pub sealed: usize,
@@ -137,34 +139,32 @@ impl Report {
         self.crc.exit_code().max(state)
     }
 
+    /// The JSON shape of the report (`walcheck verify --json`), borrowing from it.
+    pub fn json_view(&self) -> ReportJson<'_> {
+        ReportJson {
+            dir: self.dir.display().to_string(),
+            check: if self.quick { "quick" } else { "full" },
+            crc: self.crc_word(),
+            state: self.state_word(),
+            exit_code: self.exit_code(),
+            live: self.live,
+            damage: self.damage.as_ref().map(DamageJson::from),
+            live_tail: self.live_tail.as_ref().map(DamageJson::from),
+            io_error: self.io_error.as_deref(),
+            no_log: self.no_log.map(no_log_text),
+            state_detail: self.state.as_ref().map(|s| s.json_view()),
+            unfinished_spares: self
+                .unfinished_spares
+                .iter()
+                .map(|&(segment, bytes)| SpareJson { segment, bytes })
+                .collect(),
+            stats: &self.stats,
+        }
+    }
+
+    /// [`Report::json_view`] as a JSON value (its objects' keys sorted, as printed).
     pub fn to_json(&self) -> Value {
-        let s = &self.stats;
-        json!({
-            "dir": self.dir.display().to_string(),
-            "check": if self.quick { "quick" } else { "full" },
-            "crc": self.crc_word(),
-            "state": self.state_word(),
-            "exit_code": self.exit_code(),
-            "live": self.live,
-            "damage": self.damage.as_ref().map(damage_json),
-            "live_tail": self.live_tail.as_ref().map(damage_json),
-            "io_error": self.io_error,
-            "no_log": self.no_log.map(no_log_text),
-            "state_detail": self.state.as_ref().map(|s| s.to_json()),
-            "unfinished_spares": self.unfinished_spares.iter()
-                .map(|&(segment, bytes)| json!({ "segment": segment, "bytes": bytes }))
-                .collect::<Vec<_>>(),
-            "stats": {
-                "segments": s.segments, "sealed": s.sealed, "spares": s.spares, "leftovers": s.leftovers,
-                "floor_segment": s.floor_segment, "bytes": s.bytes, "records": s.records,
-                "entries": s.entries, "payload_bytes": s.payload_bytes, "batches": s.batches,
-                "max_batch_records": s.max_batch_records, "checkpoints": s.checkpoints,
-                "last_checkpoint_lsn": s.last_checkpoint_lsn, "truncations": s.truncations,
-                "resets": s.resets, "epoch_changes": s.epoch_changes, "metas": s.metas,
-                "min_lsn": s.min_lsn, "max_lsn": s.max_lsn, "next_lsn": s.next_lsn,
-                "min_epoch": s.min_epoch, "max_epoch": s.max_epoch, "epoch": s.epoch,
-            },
-        })
+        to_value(&self.json_view())
     }
 
     /// The human rendering; `color` wraps the verdict words in ANSI colors.
@@ -258,15 +258,63 @@ pub fn describe(d: &Damage) -> String {
     )
 }
 
-pub fn damage_json(d: &Damage) -> Value {
-    json!({
-        "verdict": d.verdict.as_str(),
-        "kind": d.kind.to_string(),
-        "segment": d.segment,
-        "offset": d.offset,
-        "lsn": d.lsn,
-        "seq": d.seq,
-        "batch_start": d.batch_start,
-        "batch_lsn": d.batch_lsn,
-    })
+/// A value of one of the report's JSON views. Serializing them cannot fail (string keys, no
+/// non-finite floats), so a failure would be a bug in a view.
+pub(crate) fn to_value(view: &impl Serialize) -> Value {
+    serde_json::to_value(view).expect("a JSON view serializes")
+}
+
+/// The JSON of a [`Report`]: one object, every key always present (`null` when there is
+/// nothing to say).
+#[derive(Debug, Serialize)]
+pub struct ReportJson<'a> {
+    pub dir: String,
+    /// `quick` or `full`.
+    pub check: &'static str,
+    pub crc: &'static str,
+    pub state: &'static str,
+    pub exit_code: i32,
+    pub live: bool,
+    pub damage: Option<DamageJson>,
+    pub live_tail: Option<DamageJson>,
+    pub io_error: Option<&'a str>,
+    pub no_log: Option<&'static str>,
+    pub state_detail: Option<crate::state::StateJson<'a>>,
+    pub unfinished_spares: Vec<SpareJson>,
+    pub stats: &'a Stats,
+}
+
+/// A spare whose preparation a crash cut short: its segment sequence and length.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct SpareJson {
+    pub segment: u64,
+    pub bytes: u64,
+}
+
+/// The JSON of a [`Damage`]: the verdict and the kind as words, and where.
+#[derive(Clone, Debug, Serialize)]
+pub struct DamageJson {
+    pub verdict: &'static str,
+    pub kind: String,
+    pub segment: u64,
+    pub offset: u64,
+    pub lsn: u64,
+    pub seq: u64,
+    pub batch_start: u64,
+    pub batch_lsn: u64,
+}
+
+impl From<&Damage> for DamageJson {
+    fn from(d: &Damage) -> DamageJson {
+        DamageJson {
+            verdict: d.verdict.as_str(),
+            kind: d.kind.to_string(),
+            segment: d.segment,
+            offset: d.offset,
+            lsn: d.lsn,
+            seq: d.seq,
+            batch_start: d.batch_start,
+            batch_lsn: d.batch_lsn,
+        }
+    }
 }
