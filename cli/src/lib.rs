@@ -300,8 +300,11 @@ fn say_no_log(dir: &Path, n: NoLog) {
     }
 }
 
+/// Whether the text report's verdicts are coloured: anstream's decision for standard output,
+/// the one clap makes for `--help` (a terminal, unless NO_COLOR or CLICOLOR=0 say no, TERM is
+/// unset or `dumb`; CLICOLOR_FORCE says yes).
 fn color() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+    anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never
 }
 
 /// A one-line progress indicator on stderr, only when stderr is a terminal.
@@ -309,15 +312,22 @@ fn progress(enabled: bool) -> impl FnMut(Progress) {
     let on = enabled && std::io::stderr().is_terminal();
     move |p: Progress| {
         if on {
-            eprint!("\r\x1b[2Kscanning segment {} ({} records)", p.segment, p.records);
+            progress_line(&format!("scanning segment {} ({} records)", p.segment, p.records));
         }
     }
 }
 
 fn end_progress(enabled: bool) {
     if enabled && std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K");
+        progress_line("");
     }
+}
+
+/// Replaces the progress line on stderr with `text`: back to the line's start and erase it
+/// (ECMA-48 "erase in line", whole line), then the text, no newline. A cursor control, not a
+/// style, so it is written here rather than through anstyle; only ever to a terminal.
+fn progress_line(text: &str) {
+    eprint!("\r\x1b[2K{text}");
 }
 
 fn verify<S: StateMachine>(

@@ -1,5 +1,6 @@
 //! The verification report: verdict words, exit codes, human and JSON renderings.
 
+use anstyle::{AnsiColor, Style};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -167,20 +168,14 @@ impl Report {
         to_value(&self.json_view())
     }
 
-    /// The human rendering; `color` wraps the verdict words in ANSI colors.
+    /// The human rendering; `color` styles the verdict words ([`verdict_style`]).
     pub fn to_text(&self, color: bool) -> String {
         let paint = |word: &str| -> String {
             if !color {
                 return word.to_string();
             }
-            let code = match word {
-                "OK" | "CLEAN" => "32",
-                "NOT_CHECKED" => "2",
-                "UNSUPPORTED_VERSION" => "35;1",
-                "TORN_TAIL" | "CORRUPT_TAIL" | "INCOMPLETE_CREATE" => "33",
-                _ => "31;1",
-            };
-            format!("\x1b[{code}m{word}\x1b[0m")
+            let style = verdict_style(word);
+            format!("{style}{word}{style:#}")
         };
         let mut out = format!(
             "{}  CRC {}  STATE {}{}\n",
@@ -233,6 +228,20 @@ impl Report {
             opt(s.epoch)
         );
         out
+    }
+}
+
+/// The style of a verdict word in the text report: green for good news (OK, CLEAN), dim for
+/// NOT_CHECKED, bold magenta for UNSUPPORTED_VERSION (this build is too old), yellow for what a
+/// crash explains or a repair handles (TORN_TAIL, CORRUPT_TAIL, INCOMPLETE_CREATE), bold red for
+/// the rest (CORRUPT, DIVERGENT, IO_ERROR, ...).
+pub fn verdict_style(word: &str) -> Style {
+    match word {
+        "OK" | "CLEAN" => AnsiColor::Green.on_default(),
+        "NOT_CHECKED" => Style::new().dimmed(),
+        "UNSUPPORTED_VERSION" => AnsiColor::Magenta.on_default().bold(),
+        "TORN_TAIL" | "CORRUPT_TAIL" | "INCOMPLETE_CREATE" => AnsiColor::Yellow.on_default(),
+        _ => AnsiColor::Red.on_default().bold(),
     }
 }
 
@@ -315,6 +324,27 @@ impl From<&Damage> for DamageJson {
             seq: d.seq,
             batch_start: d.batch_start,
             batch_lsn: d.batch_lsn,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_words_are_coloured_only_when_asked() {
+        let r = Report::new(Path::new("d"), false);
+        let text = r.to_text(true);
+        assert!(text.starts_with("d  CRC \x1b[32mOK\x1b[0m  STATE \x1b[2mNOT_CHECKED\x1b[0m\n"), "{text:?}");
+        assert!(!r.to_text(false).contains('\x1b'));
+        assert_eq!(verdict_style("CLEAN"), AnsiColor::Green.on_default());
+        assert_eq!(verdict_style("UNSUPPORTED_VERSION"), AnsiColor::Magenta.on_default().bold());
+        for w in ["TORN_TAIL", "CORRUPT_TAIL", "INCOMPLETE_CREATE"] {
+            assert_eq!(verdict_style(w), AnsiColor::Yellow.on_default(), "{w}");
+        }
+        for w in ["CORRUPT", "DIVERGENT", "IO_ERROR", "NO_LOG"] {
+            assert_eq!(verdict_style(w), AnsiColor::Red.on_default().bold(), "{w}");
         }
     }
 }
