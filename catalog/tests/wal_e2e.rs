@@ -6,11 +6,11 @@
 mod common;
 
 use catalog::{diff, Catalog};
-use common::{next_word, payload, scripted};
+use common::{payload, scripted};
 use std::sync::Arc;
 use wal::state::snapshot::{list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applier, CompareReport, Replayer, StateMachine};
-use wal::storage::MemStorage;
+use wal::storage::{MemStorage, Rng};
 use wal::{Durability, Epoch, Lsn, Options, Wal};
 
 fn open(st: &MemStorage) -> Wal {
@@ -22,9 +22,10 @@ fn open(st: &MemStorage) -> Wal {
 /// entries and a snapshot after entry `snap_at`.
 fn run_online(st: &MemStorage, log: &mut Wal, n: usize, every: usize, snap_at: usize) -> Applier<Catalog> {
     let mut a = Applier::new(Catalog::new(), 64);
-    let mut x = 0x9e37_79b9_7f4a_7c15;
+    // xorshift64: the workload's pseudo-random words.
+    let mut rng = Rng::xorshift64(0x9e37_79b9_7f4a_7c15);
     for i in 1..=n {
-        let body = scripted(a.state(), next_word(&mut x)).encode();
+        let body = scripted(a.state(), rng.next_u64()).encode();
         let p = payload(&body);
         let lsn = log.append(Epoch(0), &p).unwrap();
         log.sync().unwrap();

@@ -24,11 +24,12 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
+use serde::Serialize;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use verifier::compare::compare_replicas;
-use verifier::report::{describe, no_log_text, NoLog, EXIT_IO_ERROR};
+use verifier::report::{describe, no_log_text, DamageJson, NoLog, EXIT_IO_ERROR};
 use verifier::state::{verify_with_state, StateMachineSpec, StateOptions};
 use verifier::{Progress, VerifyOptions};
 use wal::format::Kind;
@@ -299,8 +300,11 @@ fn say_no_log(dir: &Path, n: NoLog) {
     }
 }
 
+/// Whether the text report's verdicts are coloured: anstream's decision for standard output,
+/// the one clap makes for `--help` (a terminal, unless NO_COLOR or CLICOLOR=0 say no, TERM is
+/// unset or `dumb`; CLICOLOR_FORCE says yes).
 fn color() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+    anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never
 }
 
 /// A one-line progress indicator on stderr, only when stderr is a terminal.
@@ -308,15 +312,22 @@ fn progress(enabled: bool) -> impl FnMut(Progress) {
     let on = enabled && std::io::stderr().is_terminal();
     move |p: Progress| {
         if on {
-            eprint!("\r\x1b[2Kscanning segment {} ({} records)", p.segment, p.records);
+            progress_line(&format!("scanning segment {} ({} records)", p.segment, p.records));
         }
     }
 }
 
 fn end_progress(enabled: bool) {
     if enabled && std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K");
+        progress_line("");
     }
+}
+
+/// Replaces the progress line on stderr with `text`: back to the line's start and erase it
+/// (ECMA-48 "erase in line", whole line), then the text, no newline. A cursor control, not a
+/// style, so it is written here rather than through anstyle; only ever to a terminal.
+fn progress_line(text: &str) {
+    eprint!("\r\x1b[2K{text}");
 }
 
 fn verify<S: StateMachine>(
@@ -383,13 +394,19 @@ fn stat(out: &mut Out, dir: &Path, json: bool) -> i32 {
         say_no_log(dir, n);
     }
     if json {
-        // The statistics at the top level, with the verdicts and the damage beside them.
-        let mut j = report.to_json();
-        let mut stats = j["stats"].take();
-        for key in ["crc", "state", "exit_code", "live", "damage", "live_tail", "io_error", "no_log"] {
-            stats[key] = j[key].take();
-        }
-        out.line(&stats.to_string());
+        let v = report.json_view();
+        let view = StatJson {
+            stats: v.stats,
+            crc: v.crc,
+            state: v.state,
+            exit_code: v.exit_code,
+            live: v.live,
+            damage: v.damage,
+            live_tail: v.live_tail,
+            io_error: v.io_error,
+            no_log: v.no_log,
+        };
+        out.line(&json_line(&view));
         return report.exit_code();
     }
     let s = &report.stats;
@@ -431,6 +448,45 @@ fn stat(out: &mut Out, dir: &Path, json: bool) -> i32 {
     report.exit_code()
 }
 
+/// One JSON line: the view's value, its objects' keys sorted (serde_json's map without
+/// `preserve_order`), the order `walcheck`'s JSON has always had.
+fn json_line(view: &impl Serialize) -> String {
+    serde_json::to_value(view).map(|v| v.to_string()).expect("a JSON view serializes")
+}
+
+/// `walcheck stat --json`: the statistics at the top level, with the verdicts and the damage
+/// beside them (the keys of `verify --json` they share mean the same).
+#[derive(Serialize)]
+struct StatJson<'a> {
+    #[serde(flatten)]
+    stats: &'a verifier::Stats,
+    crc: &'static str,
+    state: &'static str,
+    exit_code: i32,
+    live: bool,
+    damage: Option<DamageJson>,
+    live_tail: Option<DamageJson>,
+    io_error: Option<&'a str>,
+    no_log: Option<&'static str>,
+}
+
+/// One record of `walcheck dump --json`.
+#[derive(Serialize)]
+struct DumpJson {
+    segment: u64,
+    offset: u64,
+    seq: u64,
+    kind: &'static str,
+    lsn: u64,
+    epoch: u64,
+    len: usize,
+    group_continues: bool,
+    /// The record's CRC, 8 hex digits.
+    crc: String,
+    /// As `--payload` shows it; `null` with `--payload none`.
+    payload: Option<String>,
+}
+
 fn kind_name(k: Kind) -> &'static str {
     match k {
         Kind::Frame => "frame",
@@ -460,13 +516,18 @@ fn dump(out: &mut Out, dir: &Path, json: bool, mode: PayloadMode, max: usize) ->
     let mut visit = |segment: u64, r: &wal::scan::Rec<'_>| {
         let payload = show_payload(r.payload, mode, max);
         let line = if json {
-            serde_json::json!({
-                "segment": segment, "offset": r.offset, "seq": r.seq, "kind": kind_name(r.kind),
-                "lsn": r.lsn, "epoch": r.epoch, "len": r.payload.len(),
-                "group_continues": r.flags & wal::format::FLAG_GROUP_CONT != 0,
-                "crc": format!("{:08x}", r.crc), "payload": payload,
+            json_line(&DumpJson {
+                segment,
+                offset: r.offset,
+                seq: r.seq,
+                kind: kind_name(r.kind),
+                lsn: r.lsn,
+                epoch: r.epoch,
+                len: r.payload.len(),
+                group_continues: r.flags & wal::format::FLAG_GROUP_CONT != 0,
+                crc: format!("{:08x}", r.crc),
+                payload,
             })
-            .to_string()
         } else {
             let mut l = format!(
                 "{segment:>6} {:>10} seq={} {} lsn={} epoch={} len={}",

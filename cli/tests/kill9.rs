@@ -44,6 +44,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use wal::storage::Rng;
 use wal::{AsyncOptions, AsyncWal, Backend, Durability, Options, Payload, Wal};
 
 const SEG: u32 = 64 * 1024;
@@ -63,23 +64,6 @@ fn content(lsn: u64) -> Vec<u8> {
 
 fn opts(backend: Backend, read_only: bool) -> Options {
     Options { segment_len_bytes: SEG, backend, read_only, ..Options::default() }
-}
-
-/// splitmix64: the seeded choices of the parent.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// One line to the parent, written straight to the pipe (not through the test harness's capture).
@@ -219,7 +203,8 @@ fn sigkill_at_random_moments_loses_no_acknowledged_entry() {
     });
     let rounds: u32 = std::env::var("WAL_KILL9_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     println!("kill9: seed {seed} (WAL_KILL9_SEED={seed} replays the choices), {rounds} rounds");
-    let mut rng = Rng(seed);
+    // splitmix64: the seeded choices of the parent.
+    let mut rng = Rng::splitmix64(seed);
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     let probe = tempfile::tempdir().expect("tempdir");

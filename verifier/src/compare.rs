@@ -5,7 +5,8 @@
 
 use crate::pread::ReadOnlyDir;
 use crate::state::{StateMachineSpec, DEFAULT_DEDUPE_WINDOW};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
 use wal::state::{recorded_dedupe_window, Applier, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY};
@@ -88,19 +89,55 @@ impl ReplicaReport {
         }
     }
 
-    pub fn to_json(&self) -> Value {
-        json!({
-            "verdict": self.verdict.word(),
-            "reason": self.verdict.reason(),
-            "common": self.common.map(|(a, b)| json!([a.0, b.0])),
-            "entries_compared": self.entries_compared,
-            "replicas": self.replicas.iter().map(|r| json!({
-                "dir": r.dir.display().to_string(), "crc": r.crc,
-                "first_lsn": r.first_lsn.map(|l| l.0), "last_lsn": r.last_lsn.map(|l| l.0),
-                "digest": r.digest, "entity_count": r.entity_count,
-            })).collect::<Vec<_>>(),
-        })
+    /// The JSON shape of the report (`walcheck compare --json`).
+    pub fn json_view(&self) -> ReplicaReportJson<'_> {
+        let lsn = |l: Option<Lsn>| l.map(|l| l.0);
+        ReplicaReportJson {
+            verdict: self.verdict.word(),
+            reason: self.verdict.reason(),
+            common: self.common.map(|(a, b)| [a.0, b.0]),
+            entries_compared: self.entries_compared,
+            replicas: self
+                .replicas
+                .iter()
+                .map(|r| ReplicaJson {
+                    dir: r.dir.display().to_string(),
+                    crc: r.crc,
+                    first_lsn: lsn(r.first_lsn),
+                    last_lsn: lsn(r.last_lsn),
+                    digest: r.digest.as_deref(),
+                    entity_count: r.entity_count,
+                })
+                .collect(),
+        }
     }
+
+    /// [`ReplicaReport::json_view`] as a JSON value (its objects' keys sorted, as printed).
+    pub fn to_json(&self) -> Value {
+        crate::report::to_value(&self.json_view())
+    }
+}
+
+/// The JSON of a [`ReplicaReport`]: every key always present (`null` when there is nothing to
+/// say); the common range as `[first, last]`.
+#[derive(Debug, Serialize)]
+pub struct ReplicaReportJson<'a> {
+    pub verdict: &'static str,
+    pub reason: Option<&'a str>,
+    pub common: Option<[u64; 2]>,
+    pub entries_compared: u64,
+    pub replicas: Vec<ReplicaJson<'a>>,
+}
+
+/// One replica's part of [`ReplicaReportJson`].
+#[derive(Debug, Serialize)]
+pub struct ReplicaJson<'a> {
+    pub dir: String,
+    pub crc: &'static str,
+    pub first_lsn: Option<u64>,
+    pub last_lsn: Option<u64>,
+    pub digest: Option<&'a str>,
+    pub entity_count: Option<u64>,
 }
 
 fn hex(b: &[u8]) -> String {

@@ -1,6 +1,8 @@
 //! The verification report: verdict words, exit codes, human and JSON renderings.
 
-use serde_json::{json, Value};
+use anstyle::{AnsiColor, Style};
+use serde::Serialize;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use wal::{CrcVerdict, Damage};
 
@@ -30,8 +32,9 @@ pub enum NoLog {
     InterruptedCreation,
 }
 
-/// What a scan counted (records as walked; a quick check walks none).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What a scan counted (records as walked; a quick check walks none). Its JSON (the report's
+/// `stats`, the top level of `walcheck stat --json`) is these fields under these names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
     pub segments: usize,
     pub sealed: usize,
@@ -137,50 +140,42 @@ impl Report {
         self.crc.exit_code().max(state)
     }
 
-    pub fn to_json(&self) -> Value {
-        let s = &self.stats;
-        json!({
-            "dir": self.dir.display().to_string(),
-            "check": if self.quick { "quick" } else { "full" },
-            "crc": self.crc_word(),
-            "state": self.state_word(),
-            "exit_code": self.exit_code(),
-            "live": self.live,
-            "damage": self.damage.as_ref().map(damage_json),
-            "live_tail": self.live_tail.as_ref().map(damage_json),
-            "io_error": self.io_error,
-            "no_log": self.no_log.map(no_log_text),
-            "state_detail": self.state.as_ref().map(|s| s.to_json()),
-            "unfinished_spares": self.unfinished_spares.iter()
-                .map(|&(segment, bytes)| json!({ "segment": segment, "bytes": bytes }))
-                .collect::<Vec<_>>(),
-            "stats": {
-                "segments": s.segments, "sealed": s.sealed, "spares": s.spares, "leftovers": s.leftovers,
-                "floor_segment": s.floor_segment, "bytes": s.bytes, "records": s.records,
-                "entries": s.entries, "payload_bytes": s.payload_bytes, "batches": s.batches,
-                "max_batch_records": s.max_batch_records, "checkpoints": s.checkpoints,
-                "last_checkpoint_lsn": s.last_checkpoint_lsn, "truncations": s.truncations,
-                "resets": s.resets, "epoch_changes": s.epoch_changes, "metas": s.metas,
-                "min_lsn": s.min_lsn, "max_lsn": s.max_lsn, "next_lsn": s.next_lsn,
-                "min_epoch": s.min_epoch, "max_epoch": s.max_epoch, "epoch": s.epoch,
-            },
-        })
+    /// The JSON shape of the report (`walcheck verify --json`), borrowing from it.
+    pub fn json_view(&self) -> ReportJson<'_> {
+        ReportJson {
+            dir: self.dir.display().to_string(),
+            check: if self.quick { "quick" } else { "full" },
+            crc: self.crc_word(),
+            state: self.state_word(),
+            exit_code: self.exit_code(),
+            live: self.live,
+            damage: self.damage.as_ref().map(DamageJson::from),
+            live_tail: self.live_tail.as_ref().map(DamageJson::from),
+            io_error: self.io_error.as_deref(),
+            no_log: self.no_log.map(no_log_text),
+            state_detail: self.state.as_ref().map(|s| s.json_view()),
+            unfinished_spares: self
+                .unfinished_spares
+                .iter()
+                .map(|&(segment, bytes)| SpareJson { segment, bytes })
+                .collect(),
+            stats: &self.stats,
+        }
     }
 
-    /// The human rendering; `color` wraps the verdict words in ANSI colors.
+    /// [`Report::json_view`] as a JSON value (its objects' keys sorted, as printed).
+    pub fn to_json(&self) -> Value {
+        to_value(&self.json_view())
+    }
+
+    /// The human rendering; `color` styles the verdict words ([`verdict_style`]).
     pub fn to_text(&self, color: bool) -> String {
         let paint = |word: &str| -> String {
             if !color {
                 return word.to_string();
             }
-            let code = match word {
-                "OK" | "CLEAN" => "32",
-                "NOT_CHECKED" => "2",
-                "UNSUPPORTED_VERSION" => "35;1",
-                "TORN_TAIL" | "CORRUPT_TAIL" | "INCOMPLETE_CREATE" => "33",
-                _ => "31;1",
-            };
-            format!("\x1b[{code}m{word}\x1b[0m")
+            let style = verdict_style(word);
+            format!("{style}{word}{style:#}")
         };
         let mut out = format!(
             "{}  CRC {}  STATE {}{}\n",
@@ -236,6 +231,20 @@ impl Report {
     }
 }
 
+/// The style of a verdict word in the text report: green for good news (OK, CLEAN), dim for
+/// NOT_CHECKED, bold magenta for UNSUPPORTED_VERSION (this build is too old), yellow for what a
+/// crash explains or a repair handles (TORN_TAIL, CORRUPT_TAIL, INCOMPLETE_CREATE), bold red for
+/// the rest (CORRUPT, DIVERGENT, IO_ERROR, ...).
+pub fn verdict_style(word: &str) -> Style {
+    match word {
+        "OK" | "CLEAN" => AnsiColor::Green.on_default(),
+        "NOT_CHECKED" => Style::new().dimmed(),
+        "UNSUPPORTED_VERSION" => AnsiColor::Magenta.on_default().bold(),
+        "TORN_TAIL" | "CORRUPT_TAIL" | "INCOMPLETE_CREATE" => AnsiColor::Yellow.on_default(),
+        _ => AnsiColor::Red.on_default().bold(),
+    }
+}
+
 /// What a directory without a log holds, for humans.
 pub fn no_log_text(n: NoLog) -> &'static str {
     match n {
@@ -258,15 +267,84 @@ pub fn describe(d: &Damage) -> String {
     )
 }
 
-pub fn damage_json(d: &Damage) -> Value {
-    json!({
-        "verdict": d.verdict.as_str(),
-        "kind": d.kind.to_string(),
-        "segment": d.segment,
-        "offset": d.offset,
-        "lsn": d.lsn,
-        "seq": d.seq,
-        "batch_start": d.batch_start,
-        "batch_lsn": d.batch_lsn,
-    })
+/// A value of one of the report's JSON views. Serializing them cannot fail (string keys, no
+/// non-finite floats), so a failure would be a bug in a view.
+pub(crate) fn to_value(view: &impl Serialize) -> Value {
+    serde_json::to_value(view).expect("a JSON view serializes")
+}
+
+/// The JSON of a [`Report`]: one object, every key always present (`null` when there is
+/// nothing to say).
+#[derive(Debug, Serialize)]
+pub struct ReportJson<'a> {
+    pub dir: String,
+    /// `quick` or `full`.
+    pub check: &'static str,
+    pub crc: &'static str,
+    pub state: &'static str,
+    pub exit_code: i32,
+    pub live: bool,
+    pub damage: Option<DamageJson>,
+    pub live_tail: Option<DamageJson>,
+    pub io_error: Option<&'a str>,
+    pub no_log: Option<&'static str>,
+    pub state_detail: Option<crate::state::StateJson<'a>>,
+    pub unfinished_spares: Vec<SpareJson>,
+    pub stats: &'a Stats,
+}
+
+/// A spare whose preparation a crash cut short: its segment sequence and length.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct SpareJson {
+    pub segment: u64,
+    pub bytes: u64,
+}
+
+/// The JSON of a [`Damage`]: the verdict and the kind as words, and where.
+#[derive(Clone, Debug, Serialize)]
+pub struct DamageJson {
+    pub verdict: &'static str,
+    pub kind: String,
+    pub segment: u64,
+    pub offset: u64,
+    pub lsn: u64,
+    pub seq: u64,
+    pub batch_start: u64,
+    pub batch_lsn: u64,
+}
+
+impl From<&Damage> for DamageJson {
+    fn from(d: &Damage) -> DamageJson {
+        DamageJson {
+            verdict: d.verdict.as_str(),
+            kind: d.kind.to_string(),
+            segment: d.segment,
+            offset: d.offset,
+            lsn: d.lsn,
+            seq: d.seq,
+            batch_start: d.batch_start,
+            batch_lsn: d.batch_lsn,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_words_are_coloured_only_when_asked() {
+        let r = Report::new(Path::new("d"), false);
+        let text = r.to_text(true);
+        assert!(text.starts_with("d  CRC \x1b[32mOK\x1b[0m  STATE \x1b[2mNOT_CHECKED\x1b[0m\n"), "{text:?}");
+        assert!(!r.to_text(false).contains('\x1b'));
+        assert_eq!(verdict_style("CLEAN"), AnsiColor::Green.on_default());
+        assert_eq!(verdict_style("UNSUPPORTED_VERSION"), AnsiColor::Magenta.on_default().bold());
+        for w in ["TORN_TAIL", "CORRUPT_TAIL", "INCOMPLETE_CREATE"] {
+            assert_eq!(verdict_style(w), AnsiColor::Yellow.on_default(), "{w}");
+        }
+        for w in ["CORRUPT", "DIVERGENT", "IO_ERROR", "NO_LOG"] {
+            assert_eq!(verdict_style(w), AnsiColor::Red.on_default().bold(), "{w}");
+        }
+    }
 }

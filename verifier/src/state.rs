@@ -8,7 +8,8 @@
 //! first damage) over [`ReadOnlyDir`], and snapshot files are read with `std::fs::read`.
 
 use crate::pread::ReadOnlyDir;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wal::state::snapshot::{self, SnapshotInfo};
@@ -180,39 +181,99 @@ impl StateReport {
         s
     }
 
-    pub fn to_json(&self) -> Value {
+    /// The JSON shape of the report (the `state_detail` of `walcheck verify --json`).
+    pub fn json_view(&self) -> StateJson<'_> {
+        let lsn = |l: Option<Lsn>| l.map(|l| l.0);
         let c = self.compare.clone().unwrap_or_default();
-        let d = c.divergence.as_ref();
-        json!({
-            "verdict": self.verdict.word(),
-            "machine": self.machine,
-            "summary": self.summary(),
-            "dedupe_window": self.dedupe_window,
-            "single_pass": self.single_pass,
-            "base": self.base.as_ref().map(|b| json!({"name": b.name, "applied": b.applied.map(|l| l.0)})),
-            "entries_replayed": c.entries_applied,
-            "duplicates": c.duplicates,
-            "refused": c.refused,
-            "checkpoints_checked": c.checkpoints_checked,
-            "checkpoints_too_old": c.checkpoints_too_old,
-            "too_old_lsns": c.too_old.iter().map(|l| l.0).collect::<Vec<_>>(),
-            "checkpoints_before_base": c.checkpoints_before_base,
-            "first_applied": c.first_applied.map(|l| l.0),
-            "verified_through": c.verified_through.map(|l| l.0),
-            "unchecked_entries": c.unchecked_entries,
-            "last_applied": c.last_applied.map(|l| l.0),
-            "divergence": d.map(|d| json!({
-                "last_good": d.last_good.map(|l| l.0),
-                "lsn": d.lsn.0,
-                "reason": d.reason,
-                "recorded_entities": d.recorded.map(|r| r.entity_count),
-                "replayed_entities": d.replayed.map(|r| r.entity_count),
-            })),
-            "state": self.state.as_ref().map(|s| json!({
-                "name": s.name, "applied": s.applied.map(|l| l.0), "matches": s.matches, "differences": s.differences,
-            })),
-        })
+        StateJson {
+            verdict: self.verdict.word(),
+            machine: self.machine,
+            summary: self.summary(),
+            dedupe_window: self.dedupe_window,
+            single_pass: self.single_pass,
+            base: self.base.as_ref().map(|b| BaseJson { name: &b.name, applied: lsn(b.applied) }),
+            entries_replayed: c.entries_applied,
+            duplicates: c.duplicates,
+            refused: c.refused,
+            checkpoints_checked: c.checkpoints_checked,
+            checkpoints_too_old: c.checkpoints_too_old,
+            too_old_lsns: c.too_old.iter().map(|l| l.0).collect(),
+            checkpoints_before_base: c.checkpoints_before_base,
+            first_applied: lsn(c.first_applied),
+            verified_through: lsn(c.verified_through),
+            unchecked_entries: c.unchecked_entries,
+            last_applied: lsn(c.last_applied),
+            divergence: c.divergence.as_ref().map(|d| DivergenceJson {
+                last_good: lsn(d.last_good),
+                lsn: d.lsn.0,
+                reason: d.reason.clone(),
+                recorded_entities: d.recorded.map(|r| r.entity_count),
+                replayed_entities: d.replayed.map(|r| r.entity_count),
+            }),
+            state: self.state.as_ref().map(|s| StateComparisonJson {
+                name: &s.name,
+                applied: lsn(s.applied),
+                matches: s.matches,
+                differences: &s.differences,
+            }),
+        }
     }
+
+    /// [`StateReport::json_view`] as a JSON value.
+    pub fn to_json(&self) -> Value {
+        crate::report::to_value(&self.json_view())
+    }
+}
+
+/// The JSON of a [`StateReport`]: every key always present (`null` when there is nothing to
+/// say); LSNs as plain numbers.
+#[derive(Debug, Serialize)]
+pub struct StateJson<'a> {
+    pub verdict: &'static str,
+    pub machine: &'static str,
+    pub summary: String,
+    pub dedupe_window: u64,
+    pub single_pass: bool,
+    pub base: Option<BaseJson<'a>>,
+    pub entries_replayed: u64,
+    pub duplicates: u64,
+    pub refused: u64,
+    pub checkpoints_checked: u64,
+    pub checkpoints_too_old: u64,
+    pub too_old_lsns: Vec<u64>,
+    pub checkpoints_before_base: u64,
+    pub first_applied: Option<u64>,
+    pub verified_through: Option<u64>,
+    pub unchecked_entries: u64,
+    pub last_applied: Option<u64>,
+    pub divergence: Option<DivergenceJson>,
+    pub state: Option<StateComparisonJson<'a>>,
+}
+
+/// The snapshot a replay started from.
+#[derive(Debug, Serialize)]
+pub struct BaseJson<'a> {
+    pub name: &'a str,
+    pub applied: Option<u64>,
+}
+
+/// Where replay and a checkpoint first disagreed.
+#[derive(Debug, Serialize)]
+pub struct DivergenceJson {
+    pub last_good: Option<u64>,
+    pub lsn: u64,
+    pub reason: String,
+    pub recorded_entities: Option<u64>,
+    pub replayed_entities: Option<u64>,
+}
+
+/// The comparison with an exported state.
+#[derive(Debug, Serialize)]
+pub struct StateComparisonJson<'a> {
+    pub name: &'a str,
+    pub applied: Option<u64>,
+    pub matches: bool,
+    pub differences: &'a [String],
 }
 
 fn read_snapshot<S: StateMachine>(path: &Path) -> Result<(Applier<S>, SnapshotInfo), String> {

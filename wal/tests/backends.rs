@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use wal::storage::Rng;
 use wal::{AsyncOptions, AsyncWal, Backend, CrcVerdict, Durability, Epoch, Lsn, Options, Wal};
 
 fn opts(backend: Backend) -> Options {
@@ -22,11 +23,9 @@ fn workload(dir: &Path, backend: Backend) -> &'static str {
 }
 
 fn run_workload(mut log: Wal) {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = Rng::xorshift64(0x9e37_79b9_7f4a_7c15);
     for i in 0..1200u64 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         let p: Vec<u8> = (0..(x % 700)).map(|j| (j ^ x) as u8).collect();
         match x % 17 {
             0 => log.sync().unwrap(),

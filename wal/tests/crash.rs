@@ -48,7 +48,7 @@ fn run_workload(seed: u64) -> Run {
     }
     let opts = Options { segment_len_bytes: SEG, ..Options::default() };
     let (mut log, _) = Wal::open_with(Arc::new(st.clone()), opts).unwrap();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::xorshift64_star(seed);
     let mut hist = History::new();
     let mut epoch = 0u64;
     // Start the log at LSN 100 (a Reset record).
@@ -130,7 +130,7 @@ fn every_crash_at_every_sync_recovers_a_prefix_with_everything_acknowledged() {
     assert!(run.points.len() > 20, "too few sync points: {}", run.points.len());
     let mut states = 0u64;
     let mut torn = 0u64;
-    let mut rng = Rng(seed ^ 0xdead_beef);
+    let mut rng = Rng::xorshift64_star(seed ^ 0xdead_beef);
     assert!(run.purged, "the workload never purged a segment");
     for (pi, (cp, acked, staged, purging)) in run.points.iter().enumerate() {
         // Candidate recovered states: after ops[..k], acked <= k <= staged, k a boundary.
@@ -151,7 +151,7 @@ fn every_crash_at_every_sync_recovers_a_prefix_with_everything_acknowledged() {
         let masks: Vec<u64> = if dirty.len() <= 10 {
             (0..1u64 << dirty.len()).collect()
         } else {
-            (0..1024).map(|_| rng.next()).collect()
+            (0..1024).map(|_| rng.next_u64()).collect()
         };
         for mask in masks {
             states += 1;

@@ -97,12 +97,15 @@ fn pipelined_run(seed: u64, short_write_max: u64) -> (Run, MemStorage, wal::Stat
         .map(|t| {
             let (log, tx, payloads) = (log.clone(), tx.clone(), payloads.clone());
             std::thread::spawn(move || {
-                let mut rng = Rng(seed ^ (t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let mut rng = Rng::xorshift64_star(seed ^ (t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 let mut window = std::collections::VecDeque::new();
                 for i in 0..160u64 {
-                    let len = 40 + (rng.next() % 700) as usize;
-                    let durability =
-                        if rng.next().is_multiple_of(3) { Durability::Written } else { Durability::Durable };
+                    let len = 40 + (rng.next_u64() % 700) as usize;
+                    let durability = if rng.next_u64().is_multiple_of(3) {
+                        Durability::Written
+                    } else {
+                        Durability::Durable
+                    };
                     let p = payload(t * 1000 + i, len);
                     let notify = Notify { tx: tx.clone(), tag: t * 1000 + i };
                     let ticket =
@@ -223,12 +226,12 @@ fn crash_images_at_every_sync_of_a_pipelined_run_keep_every_durable_entry() {
         let f = st.faults();
         assert!(f.writes_during_sync > 0 && f.reordered > 0 && f.short_writes_done > 0);
     }
-    let mut rng = Rng(seed ^ 0xdead_beef);
+    let mut rng = Rng::xorshift64_star(seed ^ 0xdead_beef);
     let (mut images, mut torn, mut torn_footers) = (0u64, 0u64, 0u64);
     for (i, p) in run.points.iter().enumerate() {
         let dirty = p.cp.state.effective_dirty_sectors();
         let mut masks: Vec<u64> = vec![0, u64::MAX];
-        masks.extend((0..6).map(|_| rng.next()));
+        masks.extend((0..6).map(|_| rng.next_u64()));
         for mask in masks {
             images += 1;
             let fate = |n: u64, s: u64| match dirty.iter().position(|&d| d == (n, s)) {

@@ -1,7 +1,7 @@
 //! Open modes against damaged logs, I/O faults, and the format-stability hash.
 
 use std::sync::Arc;
-use wal::storage::{MemStorage, SectorFate};
+use wal::storage::{MemStorage, Rng, SectorFate};
 use wal::{CrcVerdict, Durability, Epoch, Error, Lsn, Options, RecoveryMode, Wal};
 
 const SEG: u32 = 64 * 1024;
@@ -260,15 +260,10 @@ fn format_stability_hash() {
         ..opts(RecoveryMode::Strict)
     };
     let (mut log, _) = Wal::open_with(Arc::new(st.clone()), o).unwrap();
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    // xorshift64: the record stream the constant below was computed from.
+    let mut rng = Rng::xorshift64(0x2545_f491_4f6c_dd1d);
     for i in 0..1500u64 {
-        let r = rnd();
+        let r = rng.next_u64();
         let p: Vec<u8> = (0..(r % 500)).map(|j| (j ^ r) as u8).collect();
         match r % 23 {
             0 => log.sync().unwrap(),

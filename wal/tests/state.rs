@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wal::state::snapshot::{self, list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applied, Applier, EntryKind, Envelope, Fate, Outcome, Replayer};
-use wal::storage::MemStorage;
+use wal::storage::{MemStorage, Rng};
 use wal::{Epoch, Error, Lsn, Options, Wal};
 
 fn cmd(body: &str) -> Vec<u8> {
@@ -40,12 +40,10 @@ fn run_online(log: &mut Wal, bodies: &[String], every: usize, mut a: Applier<Kv>
 }
 
 fn workload(n: usize, seed: u64) -> Vec<String> {
-    let mut x = seed | 1;
+    let mut rng = Rng::xorshift64(seed | 1);
     (0..n)
         .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let k = x % 17;
             if x.is_multiple_of(5) {
                 format!("del k{k}")

@@ -251,15 +251,9 @@ struct Filler {
 
 impl Filler {
     fn new(len: usize) -> Filler {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let bytes = (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        // xorshift64: the filler every published run wrote.
+        let mut rng = wal::storage::Rng::xorshift64(0x9e37_79b9_7f4a_7c15);
+        let bytes = (0..len).map(|_| rng.next_u64() as u8).collect();
         Filler { bytes }
     }
 

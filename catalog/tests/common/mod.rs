@@ -143,11 +143,3 @@ pub fn scripted(c: &Catalog, x: u64) -> Command {
         },
     }
 }
-
-/// xorshift64: the workload's pseudo-random words.
-pub fn next_word(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use powerloss::campaign::{self, Plan, Setup};
 use powerloss::device::{self, Fs};
 use powerloss::image::{self, Cursor, ImageSpec};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -141,6 +142,59 @@ fn main() -> ExitCode {
     }
 }
 
+/// The `--json` report of `powerloss run`.
+#[derive(Serialize)]
+struct ReportJson {
+    /// The arguments it ran with.
+    command: String,
+    /// The commit the tree was at, and whether it had changes.
+    commit: String,
+    uncommitted_changes: bool,
+    every_flush_point: bool,
+    between_images_per_workload: usize,
+    runs: Vec<RunJson>,
+}
+
+/// One workload's recording and what its images showed.
+#[derive(Serialize)]
+struct RunJson {
+    fs: &'static str,
+    kind: String,
+    seed: u64,
+    /// A resumed run only: the first run's image it started from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<String>,
+    flushes: usize,
+    acknowledgements: usize,
+    /// A resumed run only: the first run's acknowledgements its images had to honour.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prior_acknowledgements: Option<usize>,
+    images: usize,
+    between_images: usize,
+    repaired_by_fsck: usize,
+    acknowledgements_required: usize,
+    losses: usize,
+}
+
+impl RunJson {
+    fn new(fs: Fs, kind: &str, seed: u64, rec: &campaign::Recorded, s: &campaign::Summary) -> RunJson {
+        RunJson {
+            fs: fs.name(),
+            kind: kind.to_string(),
+            seed,
+            origin: None,
+            flushes: rec.flushes(),
+            acknowledgements: rec.acks(),
+            prior_acknowledgements: None,
+            images: s.images,
+            between_images: s.between,
+            repaired_by_fsck: s.repaired,
+            acknowledgements_required: s.required,
+            losses: s.failures.len(),
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run(
     fss: &[Fs],
@@ -176,12 +230,7 @@ fn run(
                     for (_, f) in &s.failures {
                         println!("FAIL {f}");
                     }
-                    rows.push(serde_json::json!({
-                        "fs": fs.name(), "kind": kind, "seed": seed,
-                        "flushes": rec.flushes(), "acknowledgements": rec.acks(),
-                        "images": s.images, "between_images": s.between, "repaired_by_fsck": s.repaired,
-                        "acknowledgements_required": s.required, "losses": s.failures.len(),
-                    }));
+                    rows.push(RunJson::new(fs, kind, seed, &rec, &s));
                     failed |= !s.failures.is_empty();
                     if kind == "sync" {
                         failed |= run_resumed(&setup, &rec, resumed, plan, keep, &mut rows);
@@ -206,15 +255,19 @@ fn run(
         };
         let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_default();
         let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-        let doc = serde_json::json!({
-            "command": std::env::args().skip(1).collect::<Vec<_>>().join(" "),
-            "commit": commit,
-            "uncommitted_changes": dirty,
-            "every_flush_point": plan.flush_points.is_none(),
-            "between_images_per_workload": plan.between,
-            "runs": rows,
-        });
-        let text = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
+        let doc = ReportJson {
+            command: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+            commit,
+            uncommitted_changes: dirty,
+            every_flush_point: plan.flush_points.is_none(),
+            between_images_per_workload: plan.between,
+            runs: rows,
+        };
+        // Through a value: its objects' keys sorted (serde_json's map without `preserve_order`),
+        // as the reports already written have them.
+        let text =
+            serde_json::to_value(&doc).and_then(|v| serde_json::to_string_pretty(&v)).unwrap_or_default()
+                + "\n";
         if let Err(e) = std::fs::write(path, text) {
             eprintln!("powerloss: writing {}: {e}", path.display());
             return ExitCode::from(2);
@@ -234,7 +287,7 @@ fn run_resumed(
     n: usize,
     plan: &Plan,
     keep: &Path,
-    rows: &mut Vec<serde_json::Value>,
+    rows: &mut Vec<RunJson>,
 ) -> bool {
     let mut failed = false;
     for (i, origin) in campaign::resume_origins(&rec.rec, n, first.seed).into_iter().enumerate() {
@@ -251,12 +304,11 @@ fn run_resumed(
                 for (_, f) in &s.failures {
                     println!("FAIL {f}");
                 }
-                rows.push(serde_json::json!({
-                    "fs": first.fs.name(), "kind": "sync-resumed", "seed": seed, "origin": origin.to_string(),
-                    "flushes": again.flushes(), "acknowledgements": again.acks(), "prior_acknowledgements": again.prior.len(),
-                    "images": s.images, "between_images": s.between, "repaired_by_fsck": s.repaired,
-                    "acknowledgements_required": s.required, "losses": s.failures.len(),
-                }));
+                rows.push(RunJson {
+                    origin: Some(origin.to_string()),
+                    prior_acknowledgements: Some(again.prior.len()),
+                    ..RunJson::new(first.fs, "sync-resumed", seed, &again, &s)
+                });
                 failed |= !s.failures.is_empty();
             }
             Err(e) => {

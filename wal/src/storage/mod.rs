@@ -28,7 +28,9 @@ mod uring;
 pub use bell::Bell;
 pub use file::{create_dir_durable, lock_patiently, pread_full, written_end, FileStorage, LOCK_PATIENCE};
 pub use file_kind::{not_regular, not_regular_in, open_regular, NotRegularFile};
-pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, HeldSync, MemState, MemStorage, SectorFate};
+pub use mem::{
+    Boundary, Call, CrashPoint, FailCall, Faults, HeldSync, MemState, MemStorage, Rng, SectorFate,
+};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
 

@@ -3,24 +3,14 @@
 
 use std::collections::BTreeMap;
 
-/// xorshift64*: every choice of a seeded test comes from its seed, so a failure replays.
-#[derive(Clone, Debug)]
-pub struct Rng(pub u64);
+/// The seeded generator: every choice of a seeded test comes from its seed, so a failure
+/// replays.
+pub use wal::storage::Rng;
 
-impl Rng {
-    /// A generator whose first draws differ well between neighbouring seeds.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+/// The tests' generator for `seed` (xorshift64*, the sequences their recorded seeds were found
+/// with), its first draws differing well between neighbouring seeds.
+pub fn seeded(seed: u64) -> Rng {
+    Rng::xorshift64_star(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
 }
 
 /// One staged change to the log's entries.

@@ -38,8 +38,8 @@ pub mod history;
 pub mod kv;
 pub mod torn_cut;
 
-pub use history::Rng;
 use history::{apply as apply_op, next_lsn_after, History, Op as HOp};
+pub use history::{seeded, Rng};
 use kv::Kv;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -519,7 +519,7 @@ pub struct Ran {
 /// as it left the log, and the workload goes on.
 pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> Ran {
     let set = |f: &mut dyn FnMut(&mut Model)| f(&mut lock(model));
-    let mut rng = Rng::new(plan.seed ^ 0x0077_6f72_6b6c_6f61);
+    let mut rng = seeded(plan.seed ^ 0x0077_6f72_6b6c_6f61);
     let mut ran = Ran {
         st: st.clone(),
         hist: History::new(),
@@ -829,7 +829,7 @@ impl CrashChecker {
             (0..1u64 << k).collect()
         } else {
             let mut v = vec![0, u64::MAX];
-            v.extend((0..6).map(|_| self.rng.next()));
+            v.extend((0..6).map(|_| self.rng.next_u64()));
             v
         };
         for mask in masks {
@@ -864,7 +864,7 @@ impl CrashChecker {
                     match r {
                         0 => SectorFate::Old,
                         1 => SectorFate::New,
-                        _ => SectorFate::Garbage(self.rng.next()),
+                        _ => SectorFate::Garbage(self.rng.next_u64()),
                     }
                 })
                 .collect();
@@ -907,7 +907,7 @@ pub fn crash_classes(seed: u64, only: Option<Only>, sum: &mut Summary) -> Ran {
     let model = new_model();
     let checker = Arc::new(Mutex::new(CrashChecker {
         seed,
-        rng: Rng::new(seed ^ 0xc0ffee),
+        rng: seeded(seed ^ 0xc0ffee),
         zero: Cases::new(seed, Class::Crash, only),
         garbage: Cases::new(seed, Class::CrashGarbage, only),
         sum: Summary::default(),
@@ -1033,7 +1033,7 @@ fn stale_table(bytes: &[u8]) -> Option<Arc<wal::stale::StaleTable>> {
 
 pub fn corrupt_class(seed: u64, ran: &Ran, foreign: &Files, only: Option<Only>, sum: &mut Summary) {
     let mut cases = Cases::new(seed, Class::Corrupt, only);
-    let mut rng = Rng::new(seed ^ 0xbadbad);
+    let mut rng = seeded(seed ^ 0xbadbad);
     let files = files_of(&ran.st.state());
     let base = MemStorage::from_files(files.clone());
     let scan = wal::scan_log(&base, true).unwrap_or_else(|e| panic!("seed {seed}: clean log: {e}"));
@@ -1088,8 +1088,8 @@ pub fn corrupt_class(seed: u64, ran: &Ran, foreign: &Files, only: Option<Only>, 
             run(format!("sector {s} of {} zeroed", files[fi].0), "zeroed sectors", v, sum);
             if rng.below(4) == 0 {
                 let mut v = files.clone();
-                let mut g = Rng::new(rng.next());
-                v[fi].1[r.clone()].iter_mut().for_each(|b| *b = g.next() as u8);
+                let mut g = seeded(rng.next_u64());
+                v[fi].1[r.clone()].iter_mut().for_each(|b| *b = g.next_u64() as u8);
                 run(format!("sector {s} of {} garbage", files[fi].0), "garbage sectors", v, sum);
             }
             // Stale: the sector as it was earlier in the run (a lost write, or an older version
@@ -1302,7 +1302,7 @@ fn io_thread_eio_run(st: &MemStorage, seed: u64, k: u64) -> Option<EioRun> {
         }
     };
     let log = AsyncWal::start(wal, AsyncOptions::default()).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-    let mut rng = Rng::new(seed ^ k);
+    let mut rng = seeded(seed ^ k);
     let mut hist = History::new();
     let mut tickets = std::collections::VecDeque::<wal::Ticket>::new();
     let mut outcomes = Vec::new();
@@ -1340,7 +1340,7 @@ fn io_thread_eio_run(st: &MemStorage, seed: u64, k: u64) -> Option<EioRun> {
 /// everything acknowledged stays, and the log carries on once space returns.
 pub fn disk_full_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
     let mut cases = Cases::new(seed, Class::DiskFull, only);
-    let mut rng = Rng::new(seed ^ 0xf011);
+    let mut rng = seeded(seed ^ 0xf011);
     for segs in 1..=3u64 {
         let Some(n) = cases.take() else { continue };
         let cap = segs * u64::from(SEG) + rng.below(u64::from(SEG));
@@ -1376,7 +1376,7 @@ pub fn disk_full_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
 /// a restart finds everything acknowledged.
 pub fn syscall_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
     let mut cases = Cases::new(seed, Class::SyscallFail, only);
-    let mut rng = Rng::new(seed ^ 0x5ca11);
+    let mut rng = seeded(seed ^ 0x5ca11);
     let plan = Plan { steps: 80, segments: 3, cuts: false, ..Plan::short(seed) };
     let clean = faulty(seed, plan.short_writes);
     run_workload(&clean, &plan, &new_model());
@@ -1511,7 +1511,7 @@ pub fn pipelined_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
     let failed = Arc::new(Mutex::new(None::<String>));
     {
         let (hist, acked, local, cases) = (hist.clone(), acked.clone(), local.clone(), cases.clone());
-        let mut rng = Rng::new(seed ^ 0xabc);
+        let mut rng = seeded(seed ^ 0xabc);
         let failed = failed.clone();
         // On the I/O thread, inside the storage: a failure is kept (the thread must not unwind
         // through the log mid-call) and reported once the run is over.
@@ -1536,7 +1536,7 @@ pub fn pipelined_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
                 let cands = candidates(&h, n_acked, h.len());
                 let dirty = cp.state.effective_dirty_sectors();
                 let mut masks = vec![0u64, u64::MAX];
-                masks.extend((0..3).map(|_| rng.next()));
+                masks.extend((0..3).map(|_| rng.next_u64()));
                 let mut cs = lock(&cases);
                 let mut sum = lock(&local);
                 for mask in masks {
@@ -1568,7 +1568,7 @@ pub fn pipelined_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
             }
         });
     }
-    let mut rng = Rng::new(seed ^ 0x7177);
+    let mut rng = seeded(seed ^ 0x7177);
     let mut window = std::collections::VecDeque::new();
     for i in 0..90u64 {
         let p = command(&mut rng, i);

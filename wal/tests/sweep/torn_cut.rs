@@ -188,8 +188,8 @@ fn damage(files: &Files, recs: &[Rec], rng: &mut Rng) -> Option<(&'static str, F
             "zeroed sector"
         }
         2 => {
-            let mut g = Rng::new(rng.next());
-            b[sector..sector + SECTOR].iter_mut().for_each(|x| *x = g.next() as u8);
+            let mut g = seeded(rng.next_u64());
+            b[sector..sector + SECTOR].iter_mut().for_each(|x| *x = g.next_u64() as u8);
             "garbage sector"
         }
         3 => {
@@ -250,10 +250,10 @@ pub fn torn_cuts(seed: u64, points: usize, damages: usize, st: &mut CutStats) {
     }
     let model = new_model();
     let kept: Arc<Mutex<Vec<Kept>>> = Arc::default();
-    let mut rng = Rng::new(seed ^ 0x70c7);
+    let mut rng = seeded(seed ^ 0x70c7);
     {
         let (model, kept) = (model.clone(), kept.clone());
-        let mut pick = Rng::new(seed ^ 0x51c7);
+        let mut pick = seeded(seed ^ 0x51c7);
         mem.set_sync_observer(move |cp| {
             if pick.below(4) != 0 || lock(&kept).len() >= points {
                 return;
@@ -273,7 +273,7 @@ pub fn torn_cuts(seed: u64, points: usize, damages: usize, st: &mut CutStats) {
         let fates: Vec<SectorFate> = dirty
             .iter()
             .map(|_| match rng.below(8) {
-                0 => SectorFate::Garbage(rng.next()),
+                0 => SectorFate::Garbage(rng.next_u64()),
                 1..=4 => SectorFate::New,
                 _ => SectorFate::Old,
             })

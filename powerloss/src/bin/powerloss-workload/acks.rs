@@ -137,26 +137,15 @@ impl Acker {
     }
 }
 
-/// splitmix64: every choice of a workload comes from its seed.
-#[derive(Debug)]
-pub struct Rng(u64);
+/// The workloads' generator: every choice of a workload comes from its seed.
+pub use wal::storage::Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5EED_F0F0_11AB_1E00)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+/// The generator for a workload's `seed` (splitmix64, the sequences its seeds were run with).
+pub fn seeded(seed: u64) -> Rng {
+    Rng::splitmix64(seed ^ 0x5EED_F0F0_11AB_1E00)
 }
 
+/// splitmix64's finalizer, as a hash of content keys.
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -10,7 +10,7 @@
 //! the second phase another purge and a close. The first open creates the log; 64 KiB
 //! segments rotate some ten times per phase.
 
-use crate::acks::{content, Ack, Acker, Rng};
+use crate::acks::{content, seeded, Ack, Acker, Rng};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Mutex;
@@ -44,7 +44,7 @@ fn wait(t: &Ticket) -> Result<u64, String> {
 }
 
 fn writer(p: &Phase, seed: u64, writer: u64, acker: &Acker) -> Result<(), String> {
-    let mut rng = Rng::new(seed ^ writer.wrapping_mul(0x1000_0001));
+    let mut rng = seeded(seed ^ writer.wrapping_mul(0x1000_0001));
     let mut window: VecDeque<Ticket> = VecDeque::new();
     loop {
         if window.len() < WINDOW {
@@ -92,7 +92,7 @@ fn purge(log: &AsyncWal, rng: &mut Rng, acker: &Acker) -> Result<(), String> {
 }
 
 pub fn run(dir: &Path, seed: u64, acker: &Acker) -> Result<(), String> {
-    let mut rng = Rng::new(seed);
+    let mut rng = seeded(seed);
     let (wal, _) = Wal::open(dir, options()).map_err(|e| format!("open {}: {e}", dir.display()))?;
     let log = AsyncWal::start(wal, AsyncOptions::default()).map_err(|e| format!("start: {e}"))?;
     let log = phase(log, seed, acker)?;

@@ -11,7 +11,7 @@
 //! reopen, and a reopen after `abandon` (a handle dropped without sync or seal, as a crash
 //! leaves it in-process).
 
-use crate::acks::{content, Ack, Acker, Rng};
+use crate::acks::{content, seeded, Ack, Acker, Rng};
 use std::path::Path;
 use wal::{Backend, Epoch, Lsn, Options, Wal};
 
@@ -142,7 +142,7 @@ impl Run<'_> {
 }
 
 pub fn run(dir: &Path, seed: u64, acker: &Acker) -> Result<(), String> {
-    let mut r = Run { dir, seed, acker, rng: Rng::new(seed), wal: None, gen: 0, epoch: Epoch(0) };
+    let mut r = Run { dir, seed, acker, rng: seeded(seed), wal: None, gen: 0, epoch: Epoch(0) };
     r.open()?;
     for round in 0..ROUNDS {
         match round {
@@ -168,7 +168,7 @@ const RESUME_ROUNDS: u64 = 40;
 /// `seed` and the highest generation among the live entries, so they are told apart from the
 /// first run's and no acknowledged truncation of it is contradicted (a generation only grows).
 pub fn resume(dir: &Path, seed: u64, acker: &Acker) -> Result<(), String> {
-    let mut r = Run { dir, seed, acker, rng: Rng::new(seed), wal: None, gen: 0, epoch: Epoch(0) };
+    let mut r = Run { dir, seed, acker, rng: seeded(seed), wal: None, gen: 0, epoch: Epoch(0) };
     r.open()?;
     let live = r
         .wal()?

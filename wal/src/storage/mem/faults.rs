@@ -1,7 +1,8 @@
 //! The faults the simulator injects ([`Faults`]: failed and transient syncs, short writes, a
-//! capacity, held-back and reordered operations, chosen calls failed ([`FailCall`])), its
-//! seeded generator, and the counters of what it saw.
+//! capacity, held-back and reordered operations, chosen calls failed ([`FailCall`])), the
+//! state of its seeded generator ([`Rng`]), and the counters of what it saw.
 
+use super::Rng;
 use std::io;
 
 /// A kind of call [`Faults::fail_calls`] can fail.
@@ -84,16 +85,14 @@ pub struct Faults {
 }
 
 impl Faults {
-    /// The next draw of the seeded generator (xorshift64*); `None` without a seed.
+    /// The next draw of the seeded generator ([`Rng::xorshift64_star`], its state kept in
+    /// `seed`); `None` without a seed.
     pub(super) fn draw(&mut self) -> Option<u64> {
-        let x = self.seed.as_mut()?;
-        *x ^= *x >> 12;
-        *x ^= *x << 25;
-        *x ^= *x >> 27;
-        if *x == 0 {
-            *x = 0x9e37_79b9_7f4a_7c15;
-        }
-        Some(x.wrapping_mul(0x2545_F491_4F6C_DD1D))
+        let state = self.seed.as_mut()?;
+        let mut rng = Rng::xorshift64_star(*state);
+        let x = rng.next_u64();
+        *state = rng.state();
+        Some(x)
     }
 
     /// Counts a call of `call` and returns the error it is to fail with, if any.

@@ -115,12 +115,9 @@ impl MemState {
                         if bytes.len() < end {
                             bytes.resize(end, 0);
                         }
-                        let mut x = seed | 1;
+                        let mut rng = super::Rng::xorshift64(seed | 1);
                         for b in bytes.get_mut(start..end).unwrap_or_default() {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                            *b = x as u8;
+                            *b = rng.next_u64() as u8;
                         }
                     }
                 }

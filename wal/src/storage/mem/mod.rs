@@ -30,14 +30,17 @@
 //! One part per file: this one holds [`MemStorage`] itself, its shared state and the operations
 //! as they take effect (writes, syncs, zero-fills, held-back and held syncs, the observer);
 //! `image.rs` the state and the crash images, `faults.rs` the faults, `backend.rs` the
-//! [`Storage`] methods.
+//! [`Storage`] methods, `rng.rs` the seeded generator behind every choice (also the one the
+//! workspace's tests, fixtures and workloads draw from).
 
 mod backend;
 mod faults;
 mod image;
+mod rng;
 
 pub use faults::{Call, FailCall, Faults};
 pub use image::{Boundary, CrashPoint, MemState, SectorFate};
+pub use rng::Rng;
 
 use super::{Completion, FileId, Op, Ready, Storage, Submission, SyncThread};
 use image::Node;
