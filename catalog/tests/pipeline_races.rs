@@ -6,8 +6,9 @@ use catalog::{Catalog, Command, EntityId, EntityKind, Receipt};
 use std::sync::{Arc, Barrier};
 use wal::pipeline::{Hooks, Pipeline, PipelineOptions, Resolution};
 use wal::state::{Applied, Outcome};
-use wal::storage::{MemStorage, Storage};
+use wal::storage::Storage;
 use wal::{Options, Wal};
+use wal_sim::MemStorage;
 
 fn start() -> Pipeline<Catalog> {
     let st = MemStorage::new();

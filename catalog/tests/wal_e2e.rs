@@ -10,8 +10,8 @@ use common::{payload, scripted};
 use std::sync::Arc;
 use wal::state::snapshot::{list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applier, CompareReport, Replayer, StateMachine};
-use wal::storage::{MemStorage, Rng};
 use wal::{Durability, Epoch, Lsn, Options, Wal};
+use wal_sim::{MemStorage, Rng};
 
 fn open(st: &MemStorage) -> Wal {
     let opts = Options { segment_len_bytes: 64 * 1024, ..Options::default() };

@@ -44,8 +44,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wal::storage::Rng;
 use wal::{AsyncOptions, AsyncWal, Backend, Durability, Options, Payload, Wal};
+use wal_sim::Rng;
 
 const SEG: u32 = 64 * 1024;
 const CHILD_ENV: &str = "WAL_KILL9_CHILD";

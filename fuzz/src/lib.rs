@@ -1,8 +1,9 @@
-//! The harness behind the cargo-fuzz targets. `harness.rs` is also compiled into
-//! `wal/tests/fuzz_corpus.rs`, which replays `corpus/` on stable in CI; this file adds only what
-//! needs crates the `wal` tests do not have (the verifier).
+//! The harness behind the cargo-fuzz targets. The harness itself is `wal_sim::fuzz`
+//! (`wal/sim/src/fuzz.rs`), which `wal/tests/fuzz_corpus.rs` also runs to replay `corpus/` on
+//! stable in CI; this file adds only what needs a crate the `wal` tests do not have (the
+//! verifier).
 
-pub mod harness;
+pub use wal_sim::fuzz as harness;
 
 use harness::{Case, Outcome};
 use std::sync::OnceLock;

@@ -16,8 +16,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wal::storage::{MemState, MemStorage, SectorFate};
 use wal_raft::{log_options, Entry, LogId, LogStore, Request, StateMachineStore, TypeConfig, Vote};
+use wal_sim::{MemState, MemStorage, SectorFate};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -311,7 +311,7 @@ async fn crash_at_every_sync_keeps_every_acknowledged_operation() {
     let syncs = Arc::new(AtomicU64::new(0));
     {
         let (points, syncs) = (points.clone(), syncs.clone());
-        mem.set_sync_observer(move |p: wal::storage::CrashPoint| {
+        mem.set_sync_observer(move |p: wal_sim::CrashPoint| {
             // Counted here (p.sync_index also counts the syncs that created the log).
             let j = syncs.fetch_add(1, Ordering::SeqCst);
             points.lock().unwrap().push((j, p.state));

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use wal::storage::Rng;
 use wal::{AsyncOptions, AsyncWal, Backend, CrcVerdict, Durability, Epoch, Lsn, Options, Wal};
+use wal_sim::Rng;
 
 fn opts(backend: Backend) -> Options {
     Options {

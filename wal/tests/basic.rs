@@ -1,8 +1,8 @@
 //! Behaviour of the synchronous log on real files and in memory.
 
 use std::sync::Arc;
-use wal::storage::MemStorage;
 use wal::{CrcVerdict, Durability, Epoch, Error, ItemKind, Lsn, Options, Wal};
+use wal_sim::MemStorage;
 
 const SEG: u32 = 64 * 1024;
 

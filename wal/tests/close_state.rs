@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 use wal::format::{CLOSE_FILE_NAME, META_FILE_NAME};
-use wal::storage::MemStorage;
 use wal::{CrcVerdict, DamageKind, Epoch, Lsn, Options, Wal};
+use wal_sim::MemStorage;
 
 fn opts() -> Options {
     Options { segment_len_bytes: 64 * 1024, prepare_in_background: false, ..Options::default() }

@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use wal::format::{footer_offset, record_len, segment_file_name, Kind, META_FILE_NAME};
 use wal::scan::{read_start, Expect, Start, Step, Walker};
-use wal::storage::{FileId, Mapping, MemStorage, Storage};
+use wal::storage::{FileId, Mapping, Storage};
 use wal::{CrcVerdict, DamageKind, Epoch, Lsn, Options, Wal};
+use wal_sim::MemStorage;
 
 const SEG: u32 = 64 * 1024;
 
@@ -407,7 +408,7 @@ fn a_missing_last_segment_after_a_clean_close_is_corrupt() {
 /// unreadable `wal.close` used to be reported CORRUPT (BadCloseFile).
 #[test]
 fn a_failed_read_during_a_scan_is_an_io_error_never_a_verdict() {
-    use wal::storage::{Call, FailCall};
+    use wal_sim::{Call, FailCall};
     let fx = fixture();
     assert!(fx.files.iter().any(|f| f.0 == wal::format::CLOSE_FILE_NAME), "the fixture has no wal.close");
     let probe = MemStorage::from_files(fx.files.clone());

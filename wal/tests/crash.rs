@@ -14,8 +14,8 @@ use common::history::{apply, History, Op, Rng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use wal::storage::{CrashPoint, MemStorage, SectorFate};
 use wal::{CrcVerdict, Epoch, Lsn, Options, Wal};
+use wal_sim::{CrashPoint, MemStorage, SectorFate};
 
 const SEG: u32 = 64 * 1024;
 

@@ -7,8 +7,9 @@ use common::kv::Kv;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use wal::storage::{MemStorage, Storage};
+use wal::storage::Storage;
 use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Error, Failure, Options, Wal};
+use wal_sim::MemStorage;
 
 const SEG: u32 = 64 * 1024;
 
@@ -233,7 +234,7 @@ fn a_close_with_no_room_for_wal_close_closes_without_it() {
         // The next file created is wal.close's temporary: no room for it.
         let mut f = st.faults();
         let nth = f.calls[0];
-        f.fail_calls.push(wal::storage::FailCall { call: wal::storage::Call::Create, nth, errno: 28 });
+        f.fail_calls.push(wal_sim::FailCall { call: wal_sim::Call::Create, nth, errno: 28 });
     }
     wal.close().expect("a close on a full disk");
     assert_eq!(st.faults().calls_failed, 1, "the create of wal.close.tmp was not refused");

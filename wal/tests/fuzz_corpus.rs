@@ -1,8 +1,8 @@
 //! Replays the fuzz corpus (`fuzz/corpus/<target>/`) and deterministic pseudo-random inputs
 //! through the fuzz harness on stable, so CI checks every input the fuzzer ever kept.
 //!
-//! The harness is `fuzz/src/harness.rs`, compiled here as a module (the cargo-fuzz crate under
-//! `fuzz/` needs nightly and is not a workspace member). Besides the harness's oracle (no panic,
+//! The harness is `wal_sim::fuzz` (`wal/sim/src/fuzz.rs`; the cargo-fuzz crate under `fuzz/`
+//! needs nightly and is not a workspace member, so the harness lives in the simulation crate). Besides the harness's oracle (no panic,
 //! Salvage never writes, the readers agree), this test bounds every single allocation the
 //! harness makes to the size of the largest input file plus a constant: no length read from the
 //! bytes drives an allocation.
@@ -10,9 +10,7 @@
 //! Regenerate the seed corpus: `WAL_FUZZ_REGEN=1 cargo test -p wal --test fuzz_corpus --
 //! --ignored regenerate_seed_corpus`.
 
-#[path = "../../fuzz/src/harness.rs"]
-#[allow(dead_code)]
-mod harness;
+use wal_sim::fuzz as harness;
 
 use harness::{Fix, Outcome};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -20,8 +18,8 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use wal::storage::Rng;
 use wal::{CrcVerdict, DamageKind};
+use wal_sim::Rng;
 
 // ----- an allocator that records the largest allocation made while armed (per thread) -----
 
@@ -280,7 +278,7 @@ fn seeds() -> Vec<(Target, String, Vec<u8>)> {
 #[test]
 fn seeds_decode_to_what_was_encoded() {
     for b in harness::bases() {
-        let s = wal::scan_log(&wal::storage::MemStorage::from_files(b.files.clone()), true).unwrap();
+        let s = wal::scan_log(&wal_sim::MemStorage::from_files(b.files.clone()), true).unwrap();
         assert_eq!(s.verdict, CrcVerdict::Ok, "base {} must be a valid log: {:?}", b.name, s.damage);
         assert!(s.records_walked > 10, "base {}", b.name);
     }

@@ -5,8 +5,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
-use wal::storage::{MemStorage, SectorFate};
 use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Error, Failure, Lsn, Options, Payload, Wal, WhenFull};
+use wal_sim::{MemStorage, SectorFate};
 
 const SEG: u32 = 64 * 1024;
 

@@ -20,8 +20,8 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use wal::storage::{MemStorage, Rng, SectorFate};
 use wal::{CrcVerdict, Durability, Epoch, Lsn, Options, Wal};
+use wal_sim::{MemStorage, Rng, SectorFate};
 
 const SEG: u32 = 64 * 1024;
 const E: Epoch = Epoch(0);

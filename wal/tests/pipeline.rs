@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wal::pipeline::{FactsWhenFenced, Hooks, LsnFate, Pipeline, PipelineOptions, RequestFate};
 use wal::state::{Applied, EntryKind, Outcome};
-use wal::storage::{MemStorage, SectorFate, Storage};
+use wal::storage::Storage;
 use wal::{Epoch, Failure, Lsn, Options, Wal};
+use wal_sim::{MemStorage, SectorFate};
 
 fn opts() -> PipelineOptions {
     PipelineOptions {

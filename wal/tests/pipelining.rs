@@ -20,11 +20,11 @@ use common::history::Rng;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wal::storage::{CrashPoint, MemStorage, SectorFate};
 use wal::{
     AsyncOptions, AsyncWal, Completion, CrcVerdict, Durability, Epoch, Error, Failure, Lsn, Notify, Options,
     Payload, Stage, Wal,
 };
+use wal_sim::{CrashPoint, MemStorage, SectorFate};
 
 const SEG: u32 = 64 * 1024;
 

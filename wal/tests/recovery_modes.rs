@@ -1,8 +1,8 @@
 //! Open modes against damaged logs, I/O faults, and the format-stability hash.
 
 use std::sync::Arc;
-use wal::storage::{MemStorage, Rng, SectorFate};
 use wal::{CrcVerdict, Durability, Epoch, Error, Lsn, Options, RecoveryMode, Wal};
+use wal_sim::{MemStorage, Rng, SectorFate};
 
 const SEG: u32 = 64 * 1024;
 
@@ -19,7 +19,7 @@ fn entries(log: &Wal) -> Vec<(u64, Vec<u8>)> {
 }
 
 /// A log with 20 durable entries and then one more batch of 5 written but not synced.
-fn log_with_unsynced_tail() -> (MemStorage, wal::storage::MemState) {
+fn log_with_unsynced_tail() -> (MemStorage, wal_sim::MemState) {
     let st = MemStorage::new();
     let (mut log, _) = open(&st, RecoveryMode::TruncateTornTail).unwrap();
     for i in 0..20u8 {

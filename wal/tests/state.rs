@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wal::state::snapshot::{self, list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applied, Applier, EntryKind, Envelope, Fate, Outcome, Replayer};
-use wal::storage::{MemStorage, Rng};
 use wal::{Epoch, Error, Lsn, Options, Wal};
+use wal_sim::{MemStorage, Rng};
 
 fn cmd(body: &str) -> Vec<u8> {
     Envelope::encode(EntryKind::Command, None, body.as_bytes())

@@ -10,8 +10,8 @@
 //! a plain crash (docs/invariants.md I4). Now the footer's trusted header declares the extent searched.
 
 use std::sync::{Arc, Mutex};
-use wal::storage::{MemStorage, SectorFate};
 use wal::{CrcVerdict, Epoch, Options, Wal};
+use wal_sim::{MemStorage, SectorFate};
 
 #[test]
 fn a_footer_torn_across_sectors_is_a_torn_tail() {

@@ -8,15 +8,14 @@
 //! only the meaning is wrong) is never TORN_TAIL. Every damaged log here is unclosed: nothing
 //! attests its last batch, so only the evidence of a torn write decides.
 
-#[path = "common/forge.rs"]
-mod forge;
+use wal_sim::workload::forge;
 
 use forge::{forge_frame, forge_len, forge_segment_len};
 use std::sync::Arc;
 use wal::format::{footer_offset, record_len, segment_file_name, Kind, SegmentHeader, SECTOR};
 use wal::scan::{read_start, Expect, Start, Step, Walker};
-use wal::storage::{MemStorage, SectorFate};
 use wal::{CrcVerdict, Epoch, LogScan, Options, Wal};
+use wal_sim::{MemStorage, SectorFate};
 
 const SEG: u32 = 64 * 1024;
 

@@ -13,24 +13,21 @@
 //!   submitter can write the next batch meanwhile;
 //! - `UringStorage` (Linux): the same files, with writes and fdatasyncs submitted through io_uring
 //!   and reaped as they complete;
-//! - [`MemStorage`]: in memory, with a durable image beside the live one, crash images at sector
-//!   granularity, and injected faults (failed syncs, short writes, reordered and deferred
-//!   completions, disk full). It exists for tests, not as a product backend.
+//! - `wal_sim::MemStorage` (the test-only crate `wal/sim`): in memory, with a durable image beside
+//!   the live one, crash images at sector granularity, and injected faults (failed syncs, short
+//!   writes, reordered and deferred completions, disk full). It exists for tests, not as a
+//!   product backend.
 
 mod bell;
 mod file;
 mod file_kind;
 mod forward;
-mod mem;
 #[cfg(target_os = "linux")]
 mod uring;
 
 pub use bell::Bell;
 pub use file::{create_dir_durable, lock_patiently, pread_full, written_end, FileStorage, LOCK_PATIENCE};
 pub use file_kind::{not_regular, not_regular_in, open_regular, NotRegularFile};
-pub use mem::{
-    Boundary, Call, CrashPoint, FailCall, Faults, HeldSync, MemState, MemStorage, Rng, SectorFate,
-};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
 
@@ -290,9 +287,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Completions of a backend that runs operations itself (on the submitting thread, or on its
-/// sync thread), waiting to be reaped.
+/// sync thread), waiting to be reaped: the completion side of the file backend and of the
+/// simulator (`wal_sim`).
 #[derive(Debug, Default)]
-pub(crate) struct Ready {
+pub struct Ready {
     st: Mutex<ReadyState>,
     cv: Condvar,
 }
@@ -308,16 +306,17 @@ struct ReadyState {
 
 impl Ready {
     /// Counts an operation handed to another thread; its [`Ready::finish`] follows.
-    pub(crate) fn start(&self) {
+    pub fn start(&self) {
         lock(&self.st).running += 1;
     }
 
-    pub(crate) fn push(&self, c: Completion) {
+    /// Queues the completion of an operation run on the submitting thread.
+    pub fn push(&self, c: Completion) {
         lock(&self.st).done.push_back(c);
     }
 
     /// Queues the completion of an operation counted by [`Ready::start`] and wakes whoever waits.
-    pub(crate) fn finish(&self, c: Completion) {
+    pub fn finish(&self, c: Completion) {
         let bell = {
             let mut s = lock(&self.st);
             s.running = s.running.saturating_sub(1);
@@ -330,13 +329,14 @@ impl Ready {
         }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no completion waits to be reaped.
+    pub fn is_empty(&self) -> bool {
         lock(&self.st).done.is_empty()
     }
 
     /// Moves the queued completions to `out`; with `wait`, first waits for one (an error if
     /// none can come: nothing is queued or running).
-    pub(crate) fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
+    pub fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
         let mut s = lock(&self.st);
         if wait {
             while s.done.is_empty() {
@@ -352,7 +352,7 @@ impl Ready {
 
     /// [`Storage::wait`] for such a backend: returns at once when a completion is queued,
     /// otherwise sleeps on the bell, which [`Ready::finish`] rings.
-    pub(crate) fn wait(&self, bell: &Arc<Bell>, timeout: Option<Duration>) {
+    pub fn wait(&self, bell: &Arc<Bell>, timeout: Option<Duration>) {
         {
             let mut s = lock(&self.st);
             if s.bell.as_ref().is_none_or(|b| !Arc::ptr_eq(b, bell)) {
@@ -366,17 +366,19 @@ impl Ready {
     }
 }
 
-type Job = Box<dyn FnOnce() + Send>;
+/// A blocking job for a [`SyncThread`].
+pub type Job = Box<dyn FnOnce() + Send>;
 
 /// A helper thread that runs blocking jobs (fdatasyncs) in order, so that the thread submitting
 /// them can go on (write the next batch) meanwhile. It ends when its owner drops it.
 #[derive(Debug)]
-pub(crate) struct SyncThread {
+pub struct SyncThread {
     tx: Mutex<std::sync::mpsc::Sender<Job>>,
 }
 
 impl SyncThread {
-    pub(crate) fn start(name: &str) -> io::Result<SyncThread> {
+    /// Starts the thread, named `name`.
+    pub fn start(name: &str) -> io::Result<SyncThread> {
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         std::thread::Builder::new().name(name.into()).spawn(move || {
             while let Ok(job) = rx.recv() {
@@ -387,7 +389,7 @@ impl SyncThread {
     }
 
     /// Hands `job` to the thread; gives it back if the thread is gone.
-    pub(crate) fn run(&self, job: Job) -> Result<(), Job> {
+    pub fn run(&self, job: Job) -> Result<(), Job> {
         lock(&self.tx).send(job).map_err(|e| e.0)
     }
 }

@@ -2,5 +2,7 @@
 #![allow(dead_code)]
 
 pub mod dir_bytes;
-pub mod history;
-pub mod kv;
+// The crash tests' history and the key-value state machine live in the simulation crate, which
+// the fault sweep shares.
+#[allow(unused_imports)] // not every test binary uses both
+pub use wal_sim::workload::{history, kv};

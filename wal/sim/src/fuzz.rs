@@ -1,8 +1,9 @@
 //! The fuzz harness, shared by the cargo-fuzz targets (`fuzz/fuzz_targets/*.rs`) and the corpus
-//! replay test (`wal/tests/fuzz_corpus.rs`, which compiles this very file with `#[path]`), so CI
-//! runs every corpus input through the same oracle without nightly.
+//! replay test (`wal/tests/fuzz_corpus.rs`), so CI runs every corpus input through the same
+//! oracle without nightly. It depends only on `wal`, the simulator and `crc32c`.
 //!
-//! It depends only on `wal` and `crc32c` (both available to `wal`'s integration tests).
+//! One file of about 700 lines: the two decoders, the checksum fix-ups and the oracle are one
+//! harness that every target runs whole, and they share its private helpers.
 //!
 //! Two input decoders build a log directory in memory ([`Case`]):
 //!
@@ -17,12 +18,12 @@
 //! a hang (every loop it drives is bounded), Salvage never writes, and the scans, the Salvage open
 //! and the replay agree with each other (see [`check`]).
 
+use crate::MemStorage;
 use std::sync::{Arc, OnceLock};
 use wal::format::{
     footer_offset, parse_segment_file_name, record_len, segment_file_name, FOOTER_SLOT_LEN, MAX_PAYLOAD_LEN,
     META_FILE_LEN, META_FILE_NAME, MIN_SEGMENT_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
-use wal::storage::MemStorage;
 use wal::{CrcVerdict, Depth, Durability, Epoch, Lsn, Options, RecoveryMode, Wal};
 
 /// File name and bytes of every file of a log directory.

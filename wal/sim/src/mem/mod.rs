@@ -36,19 +36,17 @@
 mod backend;
 mod faults;
 mod image;
-mod rng;
 
 pub use faults::{Call, FailCall, Faults};
 pub use image::{Boundary, CrashPoint, MemState, SectorFate};
-pub use rng::Rng;
 
-use super::{Completion, FileId, Op, Ready, Storage, Submission, SyncThread};
 use image::Node;
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
+use wal::storage::{Completion, FileId, Op, Ready, Storage, Submission, SyncThread};
 
-const SECTOR: u64 = crate::format::SECTOR as u64;
+const SECTOR: u64 = wal::format::SECTOR as u64;
 
 /// A sync held by [`MemStorage::hold_next_sync`]; dropping it releases the sync.
 #[derive(Debug)]

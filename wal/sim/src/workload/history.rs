@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 /// The seeded generator: every choice of a seeded test comes from its seed, so a failure
 /// replays.
-pub use wal::storage::Rng;
+pub use crate::Rng;
 
 /// The tests' generator for `seed` (xorshift64*, the sequences their recorded seeds were found
 /// with), its first draws differing well between neighbouring seeds.

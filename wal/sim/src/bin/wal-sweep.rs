@@ -1,16 +1,15 @@
-//! The long fault sweep (issue 7): the fast subset's classes over many more seeds, for a case
+//! The long fault sweep: the fast subset's classes over many more seeds, for a case
 //! count or a time budget, with a JSON summary.
 //!
 //! ```sh
-//! cargo run --release -p wal --example sweep -- --seconds 600 --json reliability/sweep-summary.json
-//! cargo run --release -p wal --example sweep -- --cases 2000000 --first-seed 1000
-//! cargo run -p wal --example sweep -- --first-seed 1 --only crash:40   # one case (CI: seconds)
+//! cargo run --release -p wal-sim --bin wal-sweep -- --seconds 600 --json reliability/sweep-summary.json
+//! cargo run --release -p wal-sim --bin wal-sweep -- --cases 2000000 --first-seed 1000
+//! cargo run -p wal-sim --bin wal-sweep -- --first-seed 1 --only crash:40   # one case (CI: seconds)
 //! ```
 //!
 //! A failing case panics with its seed, its case and the command that replays it alone.
 
-#[path = "../tests/sweep/mod.rs"]
-mod sweep;
+use wal_sim::sweep;
 
 use std::time::{Duration, Instant};
 
@@ -59,7 +58,7 @@ fn main() {
         None => sweep::sweep(first, seeds, cases, deadline, threads),
     };
     let mut info = sweep::RunInfo::detect();
-    info.command = format!("cargo run --release -p wal --example sweep -- {}", args.join(" "));
+    info.command = format!("cargo run --release -p wal-sim --bin wal-sweep -- {}", args.join(" "));
     info.first_seed = first;
     info.duration_s = started.elapsed().as_secs_f64();
     info.threads = threads;

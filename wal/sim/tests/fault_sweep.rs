@@ -1,15 +1,16 @@
-//! The fault sweep's fast subset (issue 7; the classes and the oracle are in `tests/sweep/`),
+//! The fault sweep's fast subset (the classes and the oracle are in `src/sweep/`),
 //! the simulated file system's own semantics. (`cli/tests/docs.rs` holds docs/testing.md to the
 //! committed long-sweep summary.)
 //!
 //! A failing case prints its seed and case and the command that replays it alone:
-//! `WAL_SWEEP_SEED=<seed> WAL_SWEEP_CASE=<class>:<n> cargo test -p wal --test fault_sweep
+//! `WAL_SWEEP_SEED=<seed> WAL_SWEEP_CASE=<class>:<n> cargo test -p wal-sim --test fault_sweep
 //! replay_one_case -- --nocapture`.
 
-mod sweep;
+use wal_sim::sweep;
 
 use std::time::Instant;
-use wal::storage::{Completion, MemStorage, Op, SectorFate, Storage, Submission};
+use wal::storage::{Completion, Op, Storage, Submission};
+use wal_sim::{MemStorage, SectorFate};
 
 /// Seeds of the fast subset: enough for at least 100,000 cases (checked below).
 const FAST_SEEDS: u64 = 24;
@@ -60,7 +61,7 @@ fn fast_subset_of_the_fault_sweep() {
     }
 }
 
-/// The non-lossy cut's promise (issue 22, `tests/sweep/torn_cut.rs`): over a seeded sample of
+/// The non-lossy cut's promise (`src/sweep/torn_cut.rs`): over a seeded sample of
 /// the sweep's crash images and damaged logs, a cut of a TORN_TAIL never removes an entry that
 /// was acknowledged. A longer run: `WAL_TORN_CUT_SEEDS=200 cargo test --release -p wal --test
 /// fault_sweep a_torn_tail_cut_never_removes_an_attested_entry -- --nocapture`.

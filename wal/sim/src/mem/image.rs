@@ -49,7 +49,7 @@ pub enum Boundary {
     SyncDir,
     Write,
     ZeroFill,
-    /// A set-aside file overwritten with zeros, before its rename ([`Storage::recycle_file`](crate::storage::Storage::recycle_file)).
+    /// A set-aside file overwritten with zeros, before its rename ([`Storage::recycle_file`](wal::storage::Storage::recycle_file)).
     Recycle,
     Create,
     Rename,
@@ -115,7 +115,7 @@ impl MemState {
                         if bytes.len() < end {
                             bytes.resize(end, 0);
                         }
-                        let mut rng = super::Rng::xorshift64(seed | 1);
+                        let mut rng = crate::Rng::xorshift64(seed | 1);
                         for b in bytes.get_mut(start..end).unwrap_or_default() {
                             *b = rng.next_u64() as u8;
                         }

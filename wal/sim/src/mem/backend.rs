@@ -2,9 +2,9 @@
 //! their completions, waiting, preparing and recycling files, locks.
 
 use super::{lock, Boundary, Call, MemLock, MemStorage, Node};
-use crate::storage::{Bell, Completion, FileId, LockGuard, Mapping, Op, Storage, Submission};
 use std::io;
 use std::sync::Arc;
+use wal::storage::{Bell, Completion, FileId, LockGuard, Mapping, Op, Storage, Submission};
 
 impl Storage for MemStorage {
     fn list(&self) -> io::Result<Vec<String>> {

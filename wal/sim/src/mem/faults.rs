@@ -2,7 +2,7 @@
 //! capacity, held-back and reordered operations, chosen calls failed ([`FailCall`])), the
 //! state of its seeded generator ([`Rng`]), and the counters of what it saw.
 
-use super::Rng;
+use crate::Rng;
 use std::io;
 
 /// A kind of call [`Faults::fail_calls`] can fail.

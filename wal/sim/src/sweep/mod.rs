@@ -1,11 +1,11 @@
-//! The fault sweep (issue 7): seeded workloads on
+//! The fault sweep: seeded workloads on
 //! the simulated file system (`MemStorage` with `Faults::seed`), every case of the fault matrix
 //! checked by one oracle ([`Oracle`]), counted into a [`Summary`].
 //!
-//! Shared by the fast subset (`tests/fault_sweep.rs`, in `cargo test`) and the long sweep
-//! (`examples/sweep.rs`, which includes this file by path). Everything a case does follows from
+//! Shared by the fast subset (`wal/sim/tests/fault_sweep.rs`, in `cargo test`) and the long
+//! sweep (the `wal-sweep` binary). Everything a case does follows from
 //! its seed, so a failure names the seed and the case and one command replays it:
-//! `WAL_SWEEP_SEED=<seed> WAL_SWEEP_CASE=<class>:<n> cargo test -p wal --test fault_sweep
+//! `WAL_SWEEP_SEED=<seed> WAL_SWEEP_CASE=<class>:<n> cargo test -p wal-sim --test fault_sweep
 //! replay_one_case -- --nocapture`. (The `pipelined` class runs the I/O thread, whose batching
 //! depends on timing: its seed fixes the simulated file system's choices, not the batches.)
 //!
@@ -30,14 +30,11 @@
 //! - `stale-epoch` (I7): appends from an older writer epoch, on both APIs.
 #![allow(dead_code)]
 
-#[path = "../common/forge.rs"]
-pub mod forge;
-#[path = "../common/history.rs"]
-pub mod history;
-#[path = "../common/kv.rs"]
-pub mod kv;
 pub mod torn_cut;
 
+use crate::workload::{history, kv};
+
+use crate::{Boundary, Call, CrashPoint, FailCall, MemState, MemStorage, SectorFate};
 use history::{apply as apply_op, next_lsn_after, History, Op as HOp};
 pub use history::{seeded, Rng};
 use kv::Kv;
@@ -45,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use wal::state::snapshot::{list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applier, EntryKind, Envelope, Replayer};
-use wal::storage::{Boundary, Call, CrashPoint, FailCall, MemState, MemStorage, SectorFate, Storage};
+use wal::storage::Storage;
 use wal::{
     AsyncOptions, AsyncWal, Checkpoint, Completion, CrcVerdict, Durability, Epoch, Error, Failure, Lsn,
     Notify, Options, Payload, RecoveryMode, Stage, Wal,
@@ -187,7 +184,7 @@ impl Cases {
 
     fn ctx(&self, n: u64, what: &str) -> String {
         format!(
-            "seed {} case {}:{n} ({what}); replay: WAL_SWEEP_SEED={} WAL_SWEEP_CASE={}:{n} cargo test -p wal \
+            "seed {} case {}:{n} ({what}); replay: WAL_SWEEP_SEED={} WAL_SWEEP_CASE={}:{n} cargo test -p wal-sim \
              --test fault_sweep replay_one_case -- --nocapture",
             self.seed,
             self.class.name(),
@@ -258,7 +255,8 @@ fn candidates(hist: &History, acked: usize, staged: usize) -> Vec<Candidate> {
 
 // ----- the oracle -----
 
-/// One oracle for every case (reliability.md 3.1).
+/// One oracle for every case (docs/testing.md, the fault sweep).
+#[derive(Debug)]
 pub struct Oracle<'a> {
     /// The states the log may hold; the first is everything acknowledged.
     pub candidates: &'a [Candidate],

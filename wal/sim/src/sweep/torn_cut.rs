@@ -15,8 +15,8 @@
 //! the live entries of that prefix: every acknowledged LSN with its payload, unless a cut
 //! record later in that prefix cut it.
 
-use super::forge::{forge_frame, forge_len, forge_segment_len};
 use super::*;
+use crate::workload::forge::{forge_frame, forge_len, forge_segment_len};
 use wal::format::{parse_segment_file_name, Kind, SECTOR};
 use wal::Depth;
 
