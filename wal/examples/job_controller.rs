@@ -222,7 +222,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workers: Vec<_> = (0..2)
         .map(|w| {
             let p = p.clone();
-            std::thread::spawn(move || -> Result<(), wal::Failure> {
+            std::thread::spawn(move || -> wal::Result<()> {
                 for id in (base..base + 3).chain(base + 10..base + 14).filter(|id| id % 2 == w) {
                     p.report_fact(format!("started {id} worker-{w}").as_bytes(), None)?;
                     p.report_fact(format!("usage {id} {}", 100 + id).as_bytes(), None)?;

@@ -62,6 +62,10 @@ pub enum Error {
     /// Arguments that make no sense (named in the message).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Refused at submission, with why, and never logged: a pipeline's pre-hook refused the
+    /// entry, or the pipeline is fenced or closing.
+    #[error("rejected: {0}")]
+    Rejected(String),
     /// The directory holds no log (and `create` was not asked for).
     #[error("no log: {0}")]
     NotFound(String),
@@ -110,6 +114,7 @@ impl Error {
                 | Error::EpochNotAdvanced { .. }
                 | Error::TooLarge { .. }
                 | Error::InvalidArgument(_)
+                | Error::Rejected(_)
                 | Error::ReadOnly
                 | Error::Busy
                 | Error::Locked(_)

@@ -100,7 +100,7 @@ pub use log::{Backend, Checkpoint, OpenCheck, OpenReport, Options, PurgeReport, 
 pub use metrics::{Histogram, Stats};
 pub use recovery::RecoveryMode;
 pub use replay::{Entries, Item, ItemKind, Replay};
-pub use ticket::{Completion, DurableFuture, Failure, Notify, Stage, Ticket};
+pub use ticket::{Ack, Completion, DurableFuture, Failure, Notify, Stage, Ticket};
 
 #[cfg(feature = "internal")]
 #[doc(hidden)]

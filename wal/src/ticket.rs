@@ -1,15 +1,23 @@
-//! Tickets: the asynchronous acknowledgement of one append.
+//! Acknowledgements: [`Ack<T>`], the one asynchronous answer of the engine, resolving once to
+//! `Result<T, Failure>`.
 //!
-//! A ticket's *outcome* resolves once, on the I/O thread, to the entry's LSN (written or
-//! durable, as asked) or to a failure. Its *final* outcome says durable or failed: for a
-//! [`crate::Durability::Durable`] entry it is the outcome itself; a
-//! [`crate::Durability::Written`] entry's outcome comes when its batch is handed to the OS and
-//! its final outcome later, when the sync covering it completed (or failed). Each can be waited
-//! on, polled, or awaited as a `std::future::Future` without any runtime, and a completion channel
-//! ([`Notify`]) receives one [`Completion`] per resolution. The I/O thread only stores outcomes,
-//! notifies a condition variable and wakes wakers: it never runs user code.
+//! The writer's acknowledgement of an append is a [`Ticket`] (`Ack<Lsn>`); the commit
+//! pipeline's of a command is an `Ack<`[`crate::pipeline::Done`]`>`. An acknowledgement has two
+//! words. Its *outcome* resolves once, to the value or a failure. Its *final* outcome (its last
+//! word) says durable or failed: for a [`crate::Durability::Durable`] entry, and for the
+//! pipeline's commands, it is the outcome itself; a [`crate::Durability::Written`] entry's
+//! outcome comes when its batch is handed to the OS and its final outcome later, when the sync
+//! covering it completed (or failed). Each can be waited on, polled, or awaited as a
+//! `std::future::Future` without any runtime, and a writer's completion channel ([`Notify`])
+//! receives one [`Completion`] per resolution.
+//!
+//! Who resolves an acknowledgement decides what runs there. The writer's I/O thread only stores
+//! outcomes, notifies a condition variable and wakes wakers: it never runs user code, so a
+//! callback can only be given to the pipeline's acknowledgements, which its apply thread (where
+//! hooks run anyway) resolves.
 
 use crate::Lsn;
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 // Model-checked with loom: `RUSTFLAGS="--cfg loom" cargo test -p wal --lib --release ticket`.
@@ -22,8 +30,10 @@ use std::task::{Context, Poll, Waker};
 #[cfg(not(loom))]
 use std::time::Duration;
 
-/// Why an append did not become durable. `Indeterminate` entries may or may not be in the log
-/// (docs/invariants.md I1): the log decides, and a reopen tells.
+/// Why an append did not become durable (or a command was not applied). `Indeterminate`
+/// entries may or may not be in the log (docs/invariants.md I1): the log decides, and a reopen
+/// tells. Only an acknowledgement's outcome carries one: what is refused at submission is an
+/// [`crate::Error`] instead.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
     /// Logged or possibly logged: a failed write or sync, a fenced log, a close.
@@ -35,18 +45,35 @@ pub enum Failure {
     Rejected(String),
 }
 
-#[derive(Debug, Default)]
-struct State {
+/// A callback given to an acknowledgement its resolver may run user code for (the pipeline's
+/// apply thread; never the writer's I/O thread).
+pub(crate) type Callback<T> = Box<dyn FnOnce(&Result<T, Failure>) + Send>;
+
+struct State<T> {
     /// The first word: written (a `Written` entry) or final.
-    outcome: Option<Result<Lsn, Failure>>,
+    outcome: Option<Result<T, Failure>>,
     /// The last word: durable, or failed.
-    last: Option<Result<Lsn, Failure>>,
+    last: Option<Result<T, Failure>>,
     waker: Option<Waker>,
     last_waker: Option<Waker>,
     /// Threads blocked on `done`. A resolution notifies only when there is one: the condition
     /// variable makes a futex call for every notification, waiter or not, and most tickets
     /// (a bulk load's, an event loop's) are never waited on (two calls per `Written` entry).
     waiters: u32,
+    /// Handed back by the last word for the resolver to run outside the lock (only the
+    /// pipeline's acknowledgements can be given one).
+    callback: Option<Callback<T>>,
+}
+
+impl<T: fmt::Debug> fmt::Debug for State<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("State")
+            .field("outcome", &self.outcome)
+            .field("last", &self.last)
+            .field("waiters", &self.waiters)
+            .field("callback", &self.callback.is_some())
+            .finish()
+    }
 }
 
 /// Which resolution a [`Completion`] reports.
@@ -84,21 +111,22 @@ pub struct Notify {
     pub tag: u64,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Inner {
-    state: Mutex<State>,
+#[derive(Debug)]
+pub(crate) struct Inner<T> {
+    state: Mutex<State<T>>,
     done: Condvar,
+    /// A writer's completion channel (never set on the pipeline's acknowledgements).
     notify: Option<Notify>,
     lsn: Lsn,
 }
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
+impl<T> Inner<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sleeps on `done` once, counted as a waiter (spurious returns allowed).
-    fn block<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    fn block<'a>(&'a self, mut st: MutexGuard<'a, State<T>>) -> MutexGuard<'a, State<T>> {
         st.waiters += 1;
         let mut st = self.done.wait(st).unwrap_or_else(|e| e.into_inner());
         st.waiters -= 1;
@@ -110,8 +138,8 @@ impl Inner {
     fn block_while(
         &self,
         timeout: Duration,
-        blocked: impl FnMut(&mut State) -> bool,
-    ) -> MutexGuard<'_, State> {
+        blocked: impl FnMut(&mut State<T>) -> bool,
+    ) -> MutexGuard<'_, State<T>> {
         let mut st = self.lock();
         st.waiters += 1;
         let (mut st, _) =
@@ -120,28 +148,22 @@ impl Inner {
         st
     }
 
-    /// True when nobody can ever learn the outcome: every [`Ticket`] for it was dropped (only
-    /// the I/O thread's `self` is left; nothing can clone it) and no completion channel waits
-    /// for it. Its resolutions are then skipped: a bulk load that drops its tickets would
-    /// otherwise pay two locks and a condition check per entry on the I/O thread.
-    pub(crate) fn unobserved(self: &Arc<Self>) -> bool {
-        self.notify.is_none() && Arc::strong_count(self) == 1
-    }
-
     /// The last word was given (a later one is ignored).
     pub(crate) fn has_last_word(&self) -> bool {
         self.lock().last.is_some()
     }
+}
 
-    /// The entry was handed to the OS (a `Written` entry's first word). Ignored once the
-    /// ticket has an outcome.
-    pub(crate) fn resolve_written(&self, lsn: Lsn) {
+impl<T: Clone> Inner<T> {
+    /// The first word, when the last one comes later (a `Written` entry's). Ignored (false)
+    /// once there is an outcome.
+    fn settle_first(&self, value: &T) -> bool {
         let (waker, blocked) = {
             let mut st = self.lock();
             if st.outcome.is_some() {
-                return;
+                return false;
             }
-            st.outcome = Some(Ok(lsn));
+            st.outcome = Some(Ok(value.clone()));
             (st.waker.take(), st.waiters > 0)
         };
         if blocked {
@@ -150,22 +172,24 @@ impl Inner {
         if let Some(w) = waker {
             w.wake();
         }
-        self.send(Ok(lsn), Stage::Written);
+        true
     }
 
-    /// The ticket's last word (durable or failed), which is also its outcome if it had none; a
-    /// second last word is ignored (the first one is the truth).
-    pub(crate) fn resolve(&self, outcome: Result<Lsn, Failure>) {
-        let (wakers, blocked) = {
+    /// The last word (durable or failed, or applied), which is also the outcome if there was
+    /// none; a second last word is ignored (`None`: the first one is the truth). Otherwise
+    /// returns the callback given for it, if any, for the caller to run outside the lock: only
+    /// a resolver that may run user code calls this with one registered.
+    pub(crate) fn settle(&self, outcome: &Result<T, Failure>) -> Option<Option<Callback<T>>> {
+        let (wakers, blocked, callback) = {
             let mut st = self.lock();
             if st.last.is_some() {
-                return;
+                return None;
             }
             st.last = Some(outcome.clone());
             if st.outcome.is_none() {
                 st.outcome = Some(outcome.clone());
             }
-            ([st.waker.take(), st.last_waker.take()], st.waiters > 0)
+            ([st.waker.take(), st.last_waker.take()], st.waiters > 0, st.callback.take())
         };
         if blocked {
             self.done.notify_all();
@@ -173,7 +197,50 @@ impl Inner {
         for w in wakers.into_iter().flatten() {
             w.wake();
         }
-        self.send(outcome, Stage::Final);
+        Some(callback)
+    }
+
+    /// Runs `f` with the last word once it is given, on the resolving thread (at once, on this
+    /// thread, if it already is). Only for acknowledgements whose resolver may run user code.
+    pub(crate) fn on_last_word(&self, f: Callback<T>) {
+        let mut st = self.lock();
+        match &st.last {
+            Some(o) => {
+                let o = o.clone();
+                drop(st);
+                f(&o);
+            }
+            None => st.callback = Some(f),
+        }
+    }
+}
+
+impl Inner<Lsn> {
+    /// True when nobody can ever learn the outcome: every [`Ticket`] for it was dropped (only
+    /// the I/O thread's `self` is left; nothing can clone it) and no completion channel waits
+    /// for it. Its resolutions are then skipped: a bulk load that drops its tickets would
+    /// otherwise pay two locks and a condition check per entry on the I/O thread. (A ticket
+    /// cannot hold a callback, which would otherwise observe it too.)
+    pub(crate) fn unobserved(self: &Arc<Self>) -> bool {
+        self.notify.is_none() && Arc::strong_count(self) == 1
+    }
+
+    /// The entry was handed to the OS (a `Written` entry's first word). Ignored once the
+    /// ticket has an outcome.
+    pub(crate) fn resolve_written(&self, lsn: Lsn) {
+        if self.settle_first(&lsn) {
+            self.send(Ok(lsn), Stage::Written);
+        }
+    }
+
+    /// The ticket's last word (durable or failed), which is also its outcome if it had none; a
+    /// second last word is ignored (the first one is the truth). Runs no callback: a ticket
+    /// cannot be given one, and the I/O thread runs no user code.
+    pub(crate) fn resolve(&self, outcome: Result<Lsn, Failure>) {
+        if let Some(callback) = self.settle(&outcome) {
+            debug_assert!(callback.is_none(), "a ticket was given a callback");
+            self.send(outcome, Stage::Final);
+        }
     }
 
     fn send(&self, outcome: Result<Lsn, Failure>, stage: Stage) {
@@ -184,26 +251,44 @@ impl Inner {
     }
 }
 
-/// The acknowledgement of one append.
-#[derive(Clone, Debug)]
-pub struct Ticket {
-    pub(crate) inner: Arc<Inner>,
+/// The acknowledgement of one submission, resolving to `Result<T, Failure>`: an append's
+/// ([`Ticket`], `T` = its [`Lsn`]) or a pipeline command's (`T` =
+/// [`crate::pipeline::Done`]). Clones share the outcome.
+pub struct Ack<T> {
+    pub(crate) inner: Arc<Inner<T>>,
     /// The LSN the entry was given at submission.
     pub lsn: Lsn,
 }
 
-impl Ticket {
-    pub(crate) fn new(lsn: Lsn, notify: Option<Notify>) -> Ticket {
-        Ticket { inner: Arc::new(Inner { notify, lsn, ..Inner::default() }), lsn }
+/// The writer's acknowledgement of one append (or operation): resolves to the entry's LSN.
+pub type Ticket = Ack<Lsn>;
+
+impl<T> Clone for Ack<T> {
+    fn clone(&self) -> Self {
+        Ack { inner: self.inner.clone(), lsn: self.lsn }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Ack<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ack").field("inner", &self.inner).field("lsn", &self.lsn).finish()
+    }
+}
+
+impl<T: Clone> Ack<T> {
+    pub(crate) fn new(lsn: Lsn, notify: Option<Notify>) -> Ack<T> {
+        let state =
+            State { outcome: None, last: None, waker: None, last_waker: None, waiters: 0, callback: None };
+        Ack { inner: Arc::new(Inner { state: Mutex::new(state), done: Condvar::new(), notify, lsn }), lsn }
     }
 
     /// The outcome if it is known, without blocking.
-    pub fn poll_outcome(&self) -> Option<Result<Lsn, Failure>> {
+    pub fn poll_outcome(&self) -> Option<Result<T, Failure>> {
         self.inner.lock().outcome.clone()
     }
 
     /// Blocks until the outcome is known.
-    pub fn wait(&self) -> Result<Lsn, Failure> {
+    pub fn wait(&self) -> Result<T, Failure> {
         let mut st = self.inner.lock();
         loop {
             if let Some(o) = &st.outcome {
@@ -215,18 +300,19 @@ impl Ticket {
 
     /// Blocks at most `timeout`; `None` if the outcome is still unknown.
     #[cfg(not(loom))]
-    pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<Lsn, Failure>> {
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<T, Failure>> {
         self.inner.block_while(timeout, |s| s.outcome.is_none()).outcome.clone()
     }
 
     /// The final outcome (durable, or failed) if it is known, without blocking. For a
-    /// `Durable` entry it is the outcome; a `Written` one gets it after its covering sync.
-    pub fn poll_durable(&self) -> Option<Result<Lsn, Failure>> {
+    /// `Durable` entry (and a pipeline command) it is the outcome; a `Written` one gets it
+    /// after its covering sync.
+    pub fn poll_durable(&self) -> Option<Result<T, Failure>> {
         self.inner.lock().last.clone()
     }
 
     /// Blocks until the final outcome (durable, or failed) is known.
-    pub fn wait_durable(&self) -> Result<Lsn, Failure> {
+    pub fn wait_durable(&self) -> Result<T, Failure> {
         let mut st = self.inner.lock();
         loop {
             if let Some(o) = &st.last {
@@ -238,24 +324,29 @@ impl Ticket {
 
     /// Blocks at most `timeout` for the final outcome; `None` if it is still unknown.
     #[cfg(not(loom))]
-    pub fn wait_durable_timeout(&self, timeout: Duration) -> Option<Result<Lsn, Failure>> {
+    pub fn wait_durable_timeout(&self, timeout: Duration) -> Option<Result<T, Failure>> {
         self.inner.block_while(timeout, |s| s.last.is_none()).last.clone()
     }
 
-    /// The final outcome as a future (the ticket itself awaits the first outcome).
-    pub fn durable(&self) -> DurableFuture {
+    /// The final outcome as a future (the acknowledgement itself awaits the first outcome).
+    pub fn durable(&self) -> DurableFuture<T> {
         DurableFuture { inner: self.inner.clone() }
     }
 }
 
-/// Awaits a ticket's final outcome: durable, or failed (see [`Ticket::durable`]).
-#[derive(Debug)]
-pub struct DurableFuture {
-    inner: Arc<Inner>,
+/// Awaits an acknowledgement's final outcome: durable, or failed (see [`Ack::durable`]).
+pub struct DurableFuture<T = Lsn> {
+    inner: Arc<Inner<T>>,
 }
 
-impl Future for DurableFuture {
-    type Output = Result<Lsn, Failure>;
+impl<T: fmt::Debug> fmt::Debug for DurableFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DurableFuture").field("inner", &self.inner).finish()
+    }
+}
+
+impl<T: Clone> Future for DurableFuture<T> {
+    type Output = Result<T, Failure>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut st = self.inner.lock();
@@ -269,8 +360,8 @@ impl Future for DurableFuture {
     }
 }
 
-impl Future for Ticket {
-    type Output = Result<Lsn, Failure>;
+impl<T: Clone> Future for Ack<T> {
+    type Output = Result<T, Failure>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut st = self.inner.lock();
@@ -379,6 +470,33 @@ mod loom_tests {
             let h = loom::thread::spawn(move || inner.resolve(Ok(Lsn(3))));
             assert_eq!(loom::future::block_on(t), Ok(Lsn(3)));
             h.join().unwrap();
+        });
+    }
+
+    /// A callback given while the last word lands runs exactly once: on the resolver's thread
+    /// (handed back by `settle`) when it was registered first, at once on the registering
+    /// thread otherwise.
+    #[test]
+    fn a_callback_runs_once_whoever_comes_first() {
+        use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        loom::model(|| {
+            let a: Ack<u32> = Ack::new(Lsn(2), None);
+            let runs = Arc::new(AtomicUsize::new(0));
+            let inner = a.inner.clone();
+            let h = loom::thread::spawn(move || {
+                let outcome = Ok(2);
+                if let Some(Some(cb)) = inner.settle(&outcome) {
+                    cb(&outcome);
+                }
+            });
+            let r = runs.clone();
+            a.inner.on_last_word(Box::new(move |o| {
+                assert_eq!(o, &Ok(2));
+                r.fetch_add(1, SeqCst);
+            }));
+            h.join().unwrap();
+            assert_eq!(runs.load(SeqCst), 1);
+            assert_eq!(a.wait(), Ok(2));
         });
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use wal::pipeline::{FactsWhenFenced, Hooks, LsnFate, Pipeline, PipelineOptions, RequestFate};
 use wal::state::{Applied, EntryKind, Outcome};
 use wal::storage::Storage;
-use wal::{Epoch, Failure, Lsn, Options, Wal};
+use wal::{Epoch, Error, Failure, Lsn, Options, Wal};
 use wal_sim::{MemStorage, SectorFate};
 
 fn opts() -> PipelineOptions {
@@ -41,7 +41,7 @@ fn start_mem(
     Pipeline::start(wal, open, snaps, o, hooks, Kv::default).unwrap()
 }
 
-fn done(p: &wal::pipeline::Promise<wal::pipeline::Resolution>) -> (Lsn, Applied) {
+fn done(p: &wal::Ack<wal::pipeline::Done>) -> (Lsn, Applied) {
     let d = p.wait_timeout(Duration::from_secs(20)).expect("resolved").expect("committed");
     (d.lsn, d.applied)
 }
@@ -51,7 +51,7 @@ fn put(k: &str, v: &str) -> Vec<u8> {
 }
 
 /// Entries apply in LSN order, only after they are durable, then after-hooks run, then the
-/// promise resolves; many submitting threads share batches.
+/// acknowledgement resolves; many submitting threads share batches.
 #[test]
 fn commands_from_many_threads_apply_in_lsn_order_then_notify_then_resolve() {
     let st = MemStorage::new();
@@ -111,7 +111,7 @@ fn a_pre_hook_rejection_logs_nothing() {
     let (p, _) = start_mem(&st, &MemStorage::new(), opts(), hooks);
     let a = done(&p.submit(&put("a", "1"), None).unwrap());
     match p.submit(&put("bad", "1"), Some(9)) {
-        Err(Failure::Rejected(why)) => assert!(why.contains("bad key"), "{why}"),
+        Err(Error::Rejected(why)) => assert!(why.contains("bad key"), "{why}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(p.fate(9), RequestFate::NotApplied);
@@ -123,7 +123,7 @@ fn a_pre_hook_rejection_logs_nothing() {
     assert_eq!(n, 2);
 }
 
-/// docs/invariants.md I1 and I6: a failed fdatasync leaves the state untouched, every pending promise
+/// docs/invariants.md I1 and I6: a failed fdatasync leaves the state untouched, every pending acknowledgement
 /// Indeterminate, later submissions refused; after a reopen each Indeterminate entry is either
 /// applied or absent, and the report says which.
 #[test]
@@ -153,7 +153,7 @@ fn a_failed_sync_leaves_the_state_untouched_and_every_pending_entry_indeterminat
         for i in 0..5u64 {
             match p.submit(&put(&format!("lost{i}"), "v"), Some(200 + i)) {
                 Ok(pr) => lost.push((200 + i, pr)),
-                Err(Failure::Rejected(why)) if i > 0 => assert!(why.contains("fenced"), "{why}"),
+                Err(Error::Rejected(why)) if i > 0 => assert!(why.contains("fenced"), "{why}"),
                 Err(e) => panic!("submit {i}: {e:?}"),
             }
         }
@@ -168,7 +168,7 @@ fn a_failed_sync_leaves_the_state_untouched_and_every_pending_entry_indeterminat
         assert_eq!(p.applied(), before, "the state changed after a failed sync");
         assert_eq!(*applied_hook.lock().unwrap(), 5, "an after-hook saw an uncommitted entry");
         assert!(p.fenced().is_some());
-        assert!(matches!(p.submit(&put("later", "v"), None), Err(Failure::Rejected(_))));
+        assert!(matches!(p.submit(&put("later", "v"), None), Err(Error::Rejected(_))));
         let lsns: Vec<Lsn> = (0..5).map(|i| Lsn(6 + i)).collect();
         assert!(p.close().is_err(), "closing a fenced pipeline must say so");
         // The pages the failed sync was for may or may not have reached the disk (Linux keeps
@@ -234,8 +234,9 @@ fn facts_apply_after_commit_and_follow_the_fence_policy() {
         st.faults().fail_sync_from = Some(n);
         let _ = p.submit(&put("x", "1"), None).unwrap().wait();
         match (policy, p.report_fact(&put("job7", "finished"), None)) {
-            (FactsWhenFenced::Indeterminate, Err(Failure::Indeterminate(_))) => {}
-            (FactsWhenFenced::Reject, Err(Failure::Rejected(_))) => {}
+            // Refused now either way (nothing logged); kept for after a reopen, or dropped.
+            (FactsWhenFenced::Indeterminate, Err(e @ Error::Fenced { .. })) => assert!(!e.is_rejected()),
+            (FactsWhenFenced::Reject, Err(e @ Error::Rejected(_))) => assert!(e.is_rejected()),
             (_, other) => panic!("{policy:?}: {other:?}"),
         }
         assert!(p.close().is_err());
@@ -255,7 +256,7 @@ fn a_panic_in_apply_fences_the_pipeline_without_exiting() {
     }
     let why = p.fenced().expect("fenced");
     assert!(why.contains("apply panicked at LSN 2"), "{why}");
-    assert!(matches!(p.submit(&put("b", "1"), None), Err(Failure::Rejected(_))));
+    assert!(matches!(p.submit(&put("b", "1"), None), Err(Error::Rejected(_))));
     assert_eq!(p.read(|kv| kv.map.len()), 1, "the state stays readable");
     assert!(p.close().is_err());
 }
@@ -269,7 +270,9 @@ fn a_stale_writer_epoch_is_rejected() {
         Pipeline::start(wal, open, Arc::new(MemStorage::new()), opts(), Hooks::default(), Kv::default)
             .unwrap();
     match p.submit_as(Epoch(2), &put("a", "1"), None) {
-        Err(Failure::Rejected(why)) => assert!(why.contains("epoch"), "{why}"),
+        Err(e @ Error::StaleEpoch { .. }) => {
+            assert!(e.is_rejected() && e.to_string().contains("epoch"), "{e}")
+        }
         other => panic!("{other:?}"),
     }
     let (lsn, _) = done(&p.submit_as(Epoch(3), &put("a", "1"), None).unwrap());
@@ -330,7 +333,7 @@ fn a_divergent_restart_starts_fenced_and_says_where() {
     assert_eq!(d.lsn, Lsn(32), "{d:?}");
     let why = p.fenced().expect("fenced");
     assert!(why.contains("DIVERGENT at LSN 32"), "{why}");
-    assert!(matches!(p.submit(&put("z", "1"), None), Err(Failure::Rejected(_))));
+    assert!(matches!(p.submit(&put("z", "1"), None), Err(Error::Rejected(_))));
     assert!(p.close().is_err());
 }
 
@@ -555,14 +558,14 @@ fn a_panic_in_a_hook_fences_the_pipeline_without_exiting() {
         let (p, _) = start_mem(&st, &MemStorage::new(), opts(), hooks);
         done(&p.submit(&put("a", "1"), None).unwrap());
         match (which, p.submit(&put("boom", "1"), None)) {
-            ("pre", Err(Failure::Rejected(why))) => assert!(why.contains("pre-hook panicked"), "{why}"),
+            ("pre", Err(Error::Rejected(why))) => assert!(why.contains("pre-hook panicked"), "{why}"),
             // The entry was committed and applied before the after-hook ran: its outcome stands.
             ("after", Ok(pr)) => assert_eq!(done(&pr).0, Lsn(2)),
             (w, other) => panic!("{w}: {other:?}"),
         }
         let why = p.fenced().unwrap_or_else(|| panic!("{which}: not fenced"));
         assert!(why.contains("panicked"), "{why}");
-        assert!(matches!(p.submit(&put("b", "1"), None), Err(Failure::Rejected(_))), "{which}");
+        assert!(matches!(p.submit(&put("b", "1"), None), Err(Error::Rejected(_))), "{which}");
         assert!(p.close().is_err());
     }
 }

@@ -66,11 +66,11 @@ impl Shared {
 /// without a final resolution (a panic on the thread, a request left in a channel nobody reads)
 /// it resolves the ticket Indeterminate, so no waiter waits forever; after a resolution that
 /// is ignored.
-pub(super) struct Slot(pub(super) Option<Arc<Inner>>);
+pub(super) struct Slot(pub(super) Option<Arc<Inner<Lsn>>>);
 
 impl Slot {
     /// The ticket, when there is one somebody can still observe.
-    fn observed(&self) -> Option<&Arc<Inner>> {
+    fn observed(&self) -> Option<&Arc<Inner<Lsn>>> {
         self.0.as_ref().filter(|t| !t.unobserved())
     }
 

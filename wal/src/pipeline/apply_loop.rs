@@ -1,13 +1,13 @@
 //! The apply thread: learns of submitted entries (in LSN order) and of their log outcomes (from
 //! the completion channel), and applies each committed entry in LSN order through the seam,
-//! then notifies, then resolves the caller's promise.
+//! then notifies, then resolves the caller's acknowledgement.
 
 use super::Resolution as Outcome;
-use super::{AfterHook, CommitPolicy, Core, Done, Item, Msg, Notice, Promise};
+use super::{AfterHook, CommitPolicy, Core, Done, Item, Msg, Notice};
 use crate::state::snapshot::{list_snapshots, write_snapshot};
 use crate::state::{panic_message, Envelope, StateMachine};
 use crate::storage::{complete, Op};
-use crate::ticket::{Completion, Failure};
+use crate::ticket::{Ack, Completion, Failure};
 use crate::{Epoch, Lsn};
 use crossbeam_channel::{select, Receiver};
 use std::collections::{HashMap, VecDeque};
@@ -145,7 +145,7 @@ impl<S: StateMachine> Loop<'_, S> {
                     }
                     for item in e.items {
                         self.forget(&item);
-                        self.resolve(item.promise, Err(f.clone()));
+                        self.resolve(item.ack, Err(f.clone()));
                     }
                 }
             }
@@ -167,7 +167,7 @@ impl<S: StateMachine> Loop<'_, S> {
                     Some(Err(f)) => f.clone(),
                     _ => Failure::Indeterminate("the pipeline closed before the entry was committed".into()),
                 };
-                self.resolve(item.promise, Err(f));
+                self.resolve(item.ack, Err(f));
             }
         }
     }
@@ -182,7 +182,7 @@ impl<S: StateMachine> Loop<'_, S> {
     }
 
     /// Applies a committed submission: every item in LSN order under one write lock (a user
-    /// batch is applied whole), after-hooks after each, then the promises resolve.
+    /// batch is applied whole), after-hooks after each, then the acknowledgements resolve.
     fn apply(&mut self, e: Entry) {
         let mut resolved = Vec::with_capacity(e.items.len());
         {
@@ -192,14 +192,14 @@ impl<S: StateMachine> Loop<'_, S> {
                 if let Some(why) = super::lock(&self.core.fenced).clone() {
                     // Durable, so the log applies it at the next restart; this process will not.
                     let f = format!("durable but not applied: the pipeline is fenced ({why})");
-                    resolved.push((item.promise, Err(Failure::Indeterminate(f))));
+                    resolved.push((item.ack, Err(Failure::Indeterminate(f))));
                     continue;
                 }
                 let applied = match a.apply(item.lsn, e.epoch, &item.payload) {
                     Ok(x) => x,
                     Err(why) => {
                         self.core.fence(why.clone());
-                        resolved.push((item.promise, Err(Failure::Indeterminate(why))));
+                        resolved.push((item.ack, Err(Failure::Indeterminate(why))));
                         continue;
                     }
                 };
@@ -223,18 +223,20 @@ impl<S: StateMachine> Loop<'_, S> {
                         }
                     }
                 }
-                resolved.push((item.promise, Ok(Done { lsn: item.lsn, applied })));
+                resolved.push((item.ack, Ok(Done { lsn: item.lsn, applied })));
             }
         }
-        for (promise, outcome) in resolved {
-            self.resolve(promise, outcome);
+        for (ack, outcome) in resolved {
+            self.resolve(ack, outcome);
         }
     }
 
-    fn resolve(&self, promise: Option<Promise<Outcome>>, outcome: Outcome) {
-        let Some(p) = promise else { return };
-        if let Some((cb, o)) = p.shared.resolve(outcome) {
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cb(&o))) {
+    /// Resolves a command's acknowledgement and runs the callback given for it, here: the
+    /// apply thread is where user code may run.
+    fn resolve(&self, ack: Option<Ack<Done>>, outcome: Outcome) {
+        let Some(ack) = ack else { return };
+        if let Some(Some(cb)) = ack.inner.settle(&outcome) {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cb(&outcome))) {
                 self.core.fence(format!("a ticket callback panicked: {}", panic_message(&*panic)));
             }
         }

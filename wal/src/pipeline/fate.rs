@@ -1,13 +1,13 @@
-//! What became of a submission: the outcome its promise resolves with ([`Resolution`]: applied,
-//! [`Done`], or one of the two failures), its fate asked later by request id ([`RequestFate`]),
-//! and after a reopen what the restart found ([`RestartReport`]) and the fate of an LSN handed
-//! out before it ([`LsnFate`]).
+//! What became of a submission: the outcome its acknowledgement (`Ack<Done>`) resolves with
+//! ([`Resolution`]: applied, [`Done`], or one of the two failures), its fate asked later by
+//! request id ([`RequestFate`]), and after a reopen what the restart found ([`RestartReport`])
+//! and the fate of an LSN handed out before it ([`LsnFate`]).
 
 use crate::error::Result;
 use crate::log::OpenReport;
 use crate::state::snapshot::SnapshotInfo;
 use crate::state::{Applied, CompareReport};
-use crate::ticket::Failure;
+use crate::ticket::{Ack, Failure};
 use crate::Lsn;
 
 /// What a resolved command reports: where it was applied and what apply said.
@@ -19,9 +19,20 @@ pub struct Done {
     pub applied: Applied,
 }
 
-/// What a command's promise resolves to: applied (with the outcome), or one of the two
+/// What a command's acknowledgement resolves to: applied (with the outcome), or one of the two
 /// failures of docs/invariants.md I1.
 pub type Resolution = Result<Done, Failure>;
+
+impl Ack<Done> {
+    /// Runs `f` with the outcome on the apply thread once it is known (at once, on this thread,
+    /// if it already is). Only the pipeline's acknowledgements take a callback: the apply
+    /// thread that resolves them runs user code anyway (apply, hooks), while the writer's I/O
+    /// thread never does. Keep it short: a panic in it fences the pipeline like a panic in a
+    /// hook.
+    pub fn on_done(&self, f: impl FnOnce(&Resolution) + Send + 'static) {
+        self.inner.on_last_word(Box::new(f));
+    }
+}
 
 /// What a fate query knows about a request id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

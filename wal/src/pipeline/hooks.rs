@@ -1,6 +1,6 @@
 //! The pipeline's hooks ([`Hooks`]): pre-hooks validate a proposed entry ([`Proposal`]) on a
 //! read-only view of the state before anything is logged; after-hooks see each applied entry
-//! ([`Notice`]) on the apply thread, before its promise resolves.
+//! ([`Notice`]) on the apply thread, before its acknowledgement resolves.
 
 use crate::state::{Applied, EntryKind};
 use crate::Lsn;
@@ -42,7 +42,7 @@ pub struct Hooks<S> {
     /// Run in order on the submitting thread before anything is logged; the first `Err`
     /// rejects the submission (a panic also fences the pipeline).
     pub pre: Vec<PreHook<S>>,
-    /// Run in order on the apply thread after each applied entry, before its promise resolves;
+    /// Run in order on the apply thread after each applied entry, before its acknowledgement resolves;
     /// a panic fences the pipeline.
     pub after: Vec<AfterHook<S>>,
 }

@@ -3,37 +3,40 @@
 //! ```text
 //! caller: submit(body, kind, request id)
 //!           ├─ pre-hooks (read-only view of the state; may reject: nothing is logged)
-//!           └─ AsyncWal::append_with(.., completion channel) ── returns a Promise at once
+//!           └─ AsyncWal::append_with(.., completion channel) ── returns an Ack<Done> at once
 //! I/O thread: batch, write, fdatasync ── completion (durable / failed) on the channel
 //! apply thread: in LSN order, once an entry is committed (single node: durable; or as an
 //!           external commit source says): Applier::apply (THE seam), after-hooks, then the
-//!           promise resolves with the outcome; checkpoints every N entries or T seconds and
+//!           acknowledgement resolves; checkpoints every N entries or T seconds and
 //!           at close; snapshots on a policy, then a prefix purge below them.
 //! ```
 //!
 //! The I/O thread never runs user code; hooks and callbacks run on the apply thread, and a
 //! panic in any of them (or in apply) fences the pipeline: read-only, the reason kept, nothing
-//! aborts. Failures are the two kinds of I1: `Rejected` (never logged) and `Indeterminate`
-//! (possibly logged: a failed sync, a fenced log); [`Pipeline::fate`] answers later by request
-//! id, and [`RestartReport::fate_at`] by LSN after a reopen.
+//! aborts.
+//!
+//! One rule for errors: what is refused at submission (an empty batch, a pre-hook's refusal, a
+//! fenced or closing pipeline, the log refusing the append) is an [`Error`] from the submit
+//! call, and nothing was logged; what is decided later is the acknowledgement's
+//! [`Failure`](crate::Failure), one of the two kinds of I1: `Rejected` (never logged) and
+//! `Indeterminate` (possibly logged: a failed sync, a fenced log). [`Pipeline::fate`] answers
+//! later by request id, and [`RestartReport::fate_at`] by LSN after a reopen.
 
 // (Not in the module docs above, which a controller reads: this file holds `Pipeline` (open,
 // restart, submit, fate queries, close) and what it shares with the apply thread; beside it:
-// options.rs, hooks.rs, fate.rs (what a caller configures, hooks in, and learns), promise.rs,
-// cursor.rs, and apply_loop.rs (the apply thread).)
+// options.rs, hooks.rs, fate.rs (what a caller configures, hooks in, and learns, with the
+// acknowledgement's callback), cursor.rs, and apply_loop.rs (the apply thread).)
 
 mod apply_loop;
 mod cursor;
 mod fate;
 mod hooks;
 mod options;
-mod promise;
 
 pub use cursor::{Cursor, CursorEntry};
 pub use fate::{Done, LsnFate, RequestFate, Resolution, RestartReport};
 pub use hooks::{AfterHook, Hooks, Notice, PreHook, Proposal};
 pub use options::{CommitPolicy, FactsWhenFenced, PipelineOptions};
-pub use promise::{Callback, Promise};
 
 use crate::error::{Error, Result};
 use crate::io_thread::{AsyncWal, Payload};
@@ -41,7 +44,7 @@ use crate::log::{OpenReport, Wal};
 use crate::state::snapshot::{list_snapshots, read_snapshot, SnapshotInfo};
 use crate::state::{Applier, EntryKind, Envelope, Fate, Replayer, StateMachine};
 use crate::storage::{FileStorage, Storage};
-use crate::ticket::{Failure, Notify};
+use crate::ticket::{Ack, Notify};
 use crate::Durability;
 use crate::Lsn;
 use crossbeam_channel::Sender;
@@ -55,7 +58,8 @@ pub(crate) struct Item {
     pub(crate) lsn: Lsn,
     pub(crate) request_id: Option<u64>,
     pub(crate) payload: Vec<u8>,
-    pub(crate) promise: Option<Promise<Resolution>>,
+    /// A command's acknowledgement (a fact has none).
+    pub(crate) ack: Option<Ack<Done>>,
 }
 
 pub(crate) enum Msg {
@@ -231,33 +235,27 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         self.core.as_deref().expect("the core lives until close")
     }
 
-    /// Submits a command: pre-hooks, then the log, without blocking on disk. The promise
-    /// resolves after commit and apply with the outcome. An `Err` is Rejected: nothing was
+    /// Submits a command: pre-hooks, then the log, without blocking on disk. The
+    /// acknowledgement resolves after commit and apply with the outcome, or with the
+    /// [`Failure`](crate::Failure) decided later. An `Err` is a refusal now (a pre-hook's
+    /// [`Error::Rejected`], a fenced or closing pipeline, the log's own refusal): nothing was
     /// logged.
-    pub fn submit(
-        &self,
-        body: &[u8],
-        request_id: Option<u64>,
-    ) -> std::result::Result<Promise<Resolution>, Failure> {
+    pub fn submit(&self, body: &[u8], request_id: Option<u64>) -> Result<Ack<Done>> {
         self.submit_kind(None, EntryKind::Command, body, request_id)
-            .map(|p| p.expect("commands have promises"))
+            .map(|a| a.expect("commands are acknowledged"))
     }
 
     /// [`Pipeline::submit`] under an explicit writer epoch (a leader's): an epoch older than
-    /// the log's is Rejected (docs/invariants.md I7).
-    pub fn submit_as(
-        &self,
-        epoch: crate::Epoch,
-        body: &[u8],
-        request_id: Option<u64>,
-    ) -> std::result::Result<Promise<Resolution>, Failure> {
+    /// the log's is refused, [`Error::StaleEpoch`] (docs/invariants.md I7).
+    pub fn submit_as(&self, epoch: crate::Epoch, body: &[u8], request_id: Option<u64>) -> Result<Ack<Done>> {
         self.submit_kind(Some(epoch), EntryKind::Command, body, request_id)
-            .map(|p| p.expect("commands have promises"))
+            .map(|a| a.expect("commands are acknowledged"))
     }
 
     /// Submits a fact (a reported event): applied only after commit, through the same seam;
-    /// nobody waits. `Err` as the fact policy says on a fenced pipeline, Rejected otherwise.
-    pub fn report_fact(&self, body: &[u8], request_id: Option<u64>) -> std::result::Result<(), Failure> {
+    /// nobody waits. On a fenced pipeline the refusal is as the fact policy says
+    /// ([`FactsWhenFenced`]); any other `Err` is a refusal as for a command.
+    pub fn report_fact(&self, body: &[u8], request_id: Option<u64>) -> Result<()> {
         self.submit_kind(None, EntryKind::Fact, body, request_id).map(|_| ())
     }
 
@@ -267,20 +265,17 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         kind: EntryKind,
         body: &[u8],
         request_id: Option<u64>,
-    ) -> std::result::Result<Option<Promise<Resolution>>, Failure> {
-        let mut promises = self.submit_items(epoch, kind, &[(body, request_id)])?;
-        Ok(promises.pop().flatten())
+    ) -> Result<Option<Ack<Done>>> {
+        let mut acks = self.submit_items(epoch, kind, &[(body, request_id)])?;
+        Ok(acks.pop().flatten())
     }
 
     /// Submits a user batch of commands (a job array): one atomic group in the log, so after
-    /// any crash every element exists or none does; applied together, in order. One promise
-    /// per element; an `Err` is Rejected for the whole batch.
-    pub fn submit_batch(
-        &self,
-        bodies: &[(&[u8], Option<u64>)],
-    ) -> std::result::Result<Vec<Promise<Resolution>>, Failure> {
-        let promises = self.submit_items(None, EntryKind::Command, bodies)?;
-        Ok(promises.into_iter().flatten().collect())
+    /// any crash every element exists or none does; applied together, in order. One
+    /// acknowledgement per element; an `Err` refuses the whole batch (nothing was logged).
+    pub fn submit_batch(&self, bodies: &[(&[u8], Option<u64>)]) -> Result<Vec<Ack<Done>>> {
+        let acks = self.submit_items(None, EntryKind::Command, bodies)?;
+        Ok(acks.into_iter().flatten().collect())
     }
 
     fn submit_items(
@@ -288,16 +283,20 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         epoch: Option<crate::Epoch>,
         kind: EntryKind,
         items: &[(&[u8], Option<u64>)],
-    ) -> std::result::Result<Vec<Option<Promise<Resolution>>>, Failure> {
+    ) -> Result<Vec<Option<Ack<Done>>>> {
         let core = self.core();
         if items.is_empty() {
-            return Err(Failure::Rejected("an empty batch".into()));
+            return Err(Error::InvalidArgument("an empty batch".into()));
         }
-        if let Some(why) = lock(&core.fenced).clone() {
-            return Err(fenced_failure(kind, core.opts.facts_when_fenced, &why));
+        if let Some(cause) = lock(&core.fenced).clone() {
+            return Err(if kept_for_reopen(kind, core.opts.facts_when_fenced) {
+                Error::Fenced { cause }
+            } else {
+                Error::Rejected(format!("fenced: {cause}"))
+            });
         }
         if items.iter().any(|(_, id)| *id == Some(0)) {
-            return Err(Failure::Rejected("request id 0 means none; use None".into()));
+            return Err(Error::InvalidArgument("request id 0 means none; use None".into()));
         }
         {
             let state = core.read();
@@ -309,11 +308,11 @@ impl<S: StateMachine + Sync> Pipeline<S> {
                     }));
                     match verdict {
                         Ok(Ok(())) => {}
-                        Ok(Err(why)) => return Err(Failure::Rejected(format!("pre-hook: {why}"))),
+                        Ok(Err(why)) => return Err(Error::Rejected(format!("pre-hook: {why}"))),
                         Err(p) => {
                             let why = format!("a pre-hook panicked: {}", crate::state::panic_message(&*p));
                             core.fence(why.clone());
-                            return Err(Failure::Rejected(why));
+                            return Err(Error::Rejected(why));
                         }
                     }
                 }
@@ -327,7 +326,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         };
         let mut sub = lock(&core.submit);
         if sub.closing {
-            return Err(Failure::Rejected("the pipeline is closing".into()));
+            return Err(Error::Rejected("the pipeline is closing".into()));
         }
         let tag = sub.next_tag;
         let notify = Notify { tx: core.completions.clone(), tag };
@@ -335,21 +334,26 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         let ticket = match core.log.append_with(epoch, log_payload, Durability::Durable, Some(notify)) {
             Ok(t) => t,
             Err(e @ Error::Fenced { .. }) => {
-                return Err(fenced_failure(kind, core.opts.facts_when_fenced, &e.to_string()))
+                return Err(if kept_for_reopen(kind, core.opts.facts_when_fenced) {
+                    e
+                } else {
+                    Error::Rejected(format!("fenced: {e}"))
+                });
             }
-            Err(e) => return Err(Failure::Rejected(e.to_string())),
+            // The log's own refusal (a stale epoch, too large, a full queue) as it gave it.
+            Err(e) => return Err(e),
         };
         sub.next_tag += 1;
         let mut out = Vec::with_capacity(items.len());
         let mut queued = Vec::with_capacity(items.len());
         for (i, (payload, &(_, request_id))) in payloads.into_iter().zip(items).enumerate() {
             let lsn = Lsn(ticket.lsn.0 + i as u64);
-            let promise = (kind == EntryKind::Command).then(Promise::new);
+            let ack = (kind == EntryKind::Command).then(|| Ack::new(lsn, None));
             if let Some(id) = request_id {
                 lock(&core.pending_ids).insert(id, lsn);
             }
-            out.push(promise.clone());
-            queued.push(Item { lsn, request_id, payload, promise });
+            out.push(ack.clone());
+            queued.push(Item { lsn, request_id, payload, ack });
         }
         // Under the submit lock: the apply thread learns of entries in LSN order.
         let _ = core.to_apply.send(Msg::Pending { tag, epoch, items: queued });
@@ -419,7 +423,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
     }
 
     /// Stops taking submissions, lets every pending entry commit and apply (or fail), writes a
-    /// final checkpoint, then drains, syncs and seals the log. Every promise is resolved.
+    /// final checkpoint, then drains, syncs and seals the log. Every acknowledgement is resolved.
     pub fn close(mut self) -> Result<()> {
         self.close_inner()
     }
@@ -458,13 +462,12 @@ impl<S: StateMachine> Drop for Pipeline<S> {
     }
 }
 
-fn fenced_failure(kind: EntryKind, facts: FactsWhenFenced, why: &str) -> Failure {
-    match (kind, facts) {
-        (EntryKind::Fact, FactsWhenFenced::Indeterminate) => {
-            Failure::Indeterminate(format!("fenced ({why}); resubmit the fact after a reopen"))
-        }
-        _ => Failure::Rejected(format!("fenced: {why}")),
-    }
+/// Whether a submission a fenced pipeline (or log) refuses is one to keep for after a reopen:
+/// a fact under [`FactsWhenFenced::Indeterminate`], refused as [`Error::Fenced`], which is not a
+/// rejection (the controller resubmits it after a reopen). Anything else is
+/// [`Error::Rejected`]: dropped, nothing was logged and nothing will be.
+fn kept_for_reopen(kind: EntryKind, facts: FactsWhenFenced) -> bool {
+    kind == EntryKind::Fact && facts == FactsWhenFenced::Indeterminate
 }
 
 /// The newest snapshot that decodes, belongs to this log and leaves no gap before the log's

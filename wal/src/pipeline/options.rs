@@ -16,12 +16,15 @@ pub enum CommitPolicy {
     External,
 }
 
-/// What a submission does when the pipeline or the log is fenced.
+/// How [`Pipeline::report_fact`](super::Pipeline::report_fact) refuses a fact when the pipeline
+/// or the log is fenced (a command is always [`Error::Rejected`](crate::Error::Rejected) then).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FactsWhenFenced {
-    /// Facts resolve Indeterminate (the controller keeps them and resubmits after a reopen).
+    /// [`Error::Fenced`](crate::Error::Fenced), which is not a rejection
+    /// ([`Error::is_rejected`](crate::Error::is_rejected) is false): the controller keeps the
+    /// fact and resubmits it after a reopen.
     Indeterminate,
-    /// Facts are Rejected at once.
+    /// [`Error::Rejected`](crate::Error::Rejected): the fact is dropped.
     Reject,
 }
 
@@ -49,8 +52,8 @@ pub struct PipelineOptions {
     /// A tailing cursor at most this many entries behind the applied end pins the prefix
     /// purge at its position; one further behind does not (and may be purged past).
     pub cursor_pin_max_lag: u64,
-    /// How a fact submitted while the pipeline or the log is fenced resolves (default
-    /// [`FactsWhenFenced::Indeterminate`]).
+    /// How a fact submitted while the pipeline or the log is fenced is refused (default
+    /// [`FactsWhenFenced::Indeterminate`]: kept for after a reopen).
     pub facts_when_fenced: FactsWhenFenced,
 }
 
