@@ -111,8 +111,17 @@ async fn workload(dir: &Path, seed: u64, acker: &Acker) -> Result<(), String> {
     let addr = n.addr.to_string();
     let c = client(&addr);
     let applied = c.metrics(&addr).await.map_err(|e| format!("metrics: {e}"))?.last_applied;
-    n.raft.trigger().snapshot().await.map_err(|e| format!("triggering a snapshot: {e}"))?;
-    let m = until(&c, &addr, APPLY_TIMEOUT, "a snapshot", |m| m.snapshot >= applied).await?;
+    // openraft ignores a trigger while a snapshot is being built (the one its policy started at
+    // 40 entries may still be running under load), so trigger again until one covers `applied`.
+    let deadline = Instant::now() + APPLY_TIMEOUT;
+    let m = loop {
+        n.raft.trigger().snapshot().await.map_err(|e| format!("triggering a snapshot: {e}"))?;
+        match until(&c, &addr, Duration::from_secs(2), "a snapshot", |m| m.snapshot >= applied).await {
+            Ok(m) => break m,
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => {}
+        }
+    };
     if let Some(upto) = m.snapshot {
         n.raft.trigger().purge_log(upto).await.map_err(|e| format!("triggering a purge: {e}"))?;
         until(&c, &addr, APPLY_TIMEOUT, "the purge", |m| m.purged >= Some(upto)).await?;
