@@ -15,10 +15,17 @@
 //! the live entries of that prefix: every acknowledged LSN with its payload, unless a cut
 //! record later in that prefix cut it.
 
-use super::*;
+use super::model::{candidates, Candidate};
+use super::workload::{new_model, run_workload, Plan};
+use super::{files_of, lock, SEG};
 use crate::workload::forge::{forge_frame, forge_len, forge_segment_len};
+use crate::workload::history::{seeded, Rng};
+use crate::{MemState, MemStorage, SectorFate};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use wal::format::{parse_segment_file_name, Kind, SECTOR};
 use wal::Depth;
+use wal::{CrcVerdict, Options, Wal};
 
 /// What the property test saw.
 #[derive(Debug, Default)]

@@ -1,0 +1,66 @@
+//! The sweep's summary as JSON: where and how it ran, and its figures.
+
+use super::Summary;
+
+/// Where and how a sweep ran, for its JSON summary.
+#[derive(Clone, Debug, Default)]
+pub struct RunInfo {
+    pub command: String,
+    pub first_seed: u64,
+    pub duration_s: f64,
+    pub git_commit: String,
+    pub machine: String,
+    pub threads: usize,
+    pub profile: String,
+}
+
+impl RunInfo {
+    /// The commit (`git rev-parse HEAD`) and the machine (CPU model, cores, kernel).
+    pub fn detect() -> RunInfo {
+        let git = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        RunInfo {
+            git_commit: git,
+            machine: format!("{cores} vCPU {cpu}, Linux {kernel}"),
+            ..RunInfo::default()
+        }
+    }
+}
+
+pub fn to_json(sum: &Summary, info: &RunInfo) -> serde_json::Value {
+    serde_json::json!({
+        "command": info.command,
+        "git_commit": info.git_commit,
+        "machine": info.machine,
+        "profile": info.profile,
+        "threads": info.threads,
+        "duration_s": (info.duration_s * 10.0).round() / 10.0,
+        "seeds": { "first": info.first_seed, "count": sum.seeds },
+        "cases_total": sum.total(),
+        "cases_by_class": sum.cases,
+        "faults_injected": sum.faults,
+        "crash_points_by_phase": sum.crash_phases,
+        "verdicts": sum.verdicts,
+        "acknowledged_entries_checked": sum.acked_checked,
+        "checkpoints_checked": sum.checkpoints_checked,
+        "entries_lost": sum.entries_lost,
+        "failures": sum.failures,
+    })
+}
