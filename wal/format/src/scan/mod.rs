@@ -347,6 +347,10 @@ impl Walker {
     }
 
     /// The next valid record, the clean end of the segment, or the first damage.
+    ///
+    /// `#[inline]`: the replay's loop (in the engine, another crate) calls this once per record;
+    /// without the attribute it could not be inlined there.
+    #[inline]
     pub fn next<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
         match self.step(&Window::whole(bytes)) {
             Walked::Record(r) => Step::Record(r),
