@@ -655,7 +655,7 @@ mod tests {
     /// hand, or left behind when the file is replaced.
     #[test]
     fn readme_performance_rows_come_from_the_committed_run() -> Res<()> {
-        const RESULTS: &str = "results/2026-12-05-default-best.jsonl";
+        const RESULTS: &str = "results/2026-12-07-crates-raftlog.jsonl";
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         let (samples, probes, engines) = from_json(&here.join(RESULTS))?;
         let out = render(&samples, &probes, &engines);
@@ -677,7 +677,7 @@ mod tests {
         }
         // This crate's README quotes both practices' target tables from the same file.
         let own = std::fs::read_to_string(here.join("README.md"))?;
-        let section = &own[own.find("## Results: 2026-12-05").ok_or("no 2026-12-05 section")?..];
+        let section = &own[own.find("## Results: 2026-12-07").ok_or("no 2026-12-07 section")?..];
         let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
         let (own_default, own_best) =
             section.split_once("(best practice;").ok_or("no best-practice table")?;
