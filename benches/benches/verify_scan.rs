@@ -7,7 +7,7 @@
 //! It then times:
 //!
 //! - `verify_scan/verifier_full`: `verifier::verify(dir, &Default::default(), ..)`, a full scan
-//!   with pread, streaming each segment through one reused 1 MiB window (`Storage::scan_window`).
+//!   with pread, streaming each segment through one reused 1 MiB window (`Reader::scan_window`).
 //!   Throughput is the total bytes of the segment files (the spare segment, also read and
 //!   checked to be zero, is not counted);
 //! - `verify_scan/scan_log_mmap_full`: `wal::scan_log(&FileStorage, true)`, the same walk over
@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use verifier::pread::ReadOnlyDir;
-use wal::storage::{FileId, Mapping, Storage};
+use wal::storage::{FileId, Mapping, Reader};
 use wal::{Epoch, Options, Wal};
 
 const SEG: u32 = 8 << 20;
@@ -123,7 +123,7 @@ fn pread_map_only(dir: &Path) -> u64 {
         if wal::format::parse_segment_file_name(&name).is_none() {
             continue;
         }
-        let f = st.open(&name, false).expect("open");
+        let f = st.open(&name).expect("open");
         let m = st.map(f).expect("map");
         st.close(f);
         total += u64::from(black_box(&m[..]).last().copied().unwrap_or(0)) + m.len() as u64;
@@ -139,8 +139,8 @@ struct PooledPread {
     pool: Mutex<Option<Arc<[u8]>>>,
 }
 
-impl Storage for PooledPread {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, submit, reap, lock, prepare_file, recycle_file);
+impl Reader for PooledPread {
+    wal::forward_storage!(inner: list, open, close, len, read_at, lock_shared);
 
     fn map(&self, file: FileId) -> io::Result<Mapping> {
         let len = self.inner.len(file)? as usize;

@@ -18,7 +18,7 @@ use verifier::state::{verify_with_state, StateMachineSpec, StateOptions};
 use verifier::VerifyOptions;
 use wal::format::{segment_file_name, CLOSE_FILE_NAME, META_FILE_NAME, SEGMENT_HEADER_LEN};
 use wal::state::StateMachine;
-use wal::storage::Storage;
+use wal::storage::Writer;
 use wal::{CrcVerdict, Damage, DamageKind};
 
 /// What the repair does to the log.
@@ -189,7 +189,7 @@ pub(crate) fn repair<S: StateMachine>(
             return EXIT_IO_ERROR;
         }
     };
-    let lock = match storage.lock(true) {
+    let lock = match storage.lock_exclusive() {
         Ok(l) => l,
         Err(e) => {
             let why = if e.kind() == std::io::ErrorKind::WouldBlock {

@@ -202,11 +202,25 @@ fn zero_byte_spare_is_named() {
 #[derive(Debug)]
 struct Sparse {
     inner: wal::storage::FileStorage,
-    dir: PathBuf,
 }
 
-impl wal::storage::Storage for Sparse {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, map, written_end, reap, lock);
+impl wal::storage::Reader for Sparse {
+    wal::forward_storage!(inner: list, open, close, len, read_at, map, written_end, lock_shared);
+}
+
+impl wal::storage::Writer for Sparse {
+    wal::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir);
+    fn zero_fill(&self, file: wal::storage::FileId, len: u64) -> std::io::Result<()> {
+        use wal::storage::Reader;
+        if len > self.inner.len(file)? {
+            self.inner.write_at(file, len - 1, &[0])?;
+        }
+        Ok(())
+    }
+}
+
+impl wal::storage::Completions for Sparse {
+    wal::forward_storage!(inner: reap);
     fn submit(&self, sub: wal::storage::Submission) -> std::io::Result<()> {
         use wal::storage::{Op, Submission};
         let op = match sub.op {
@@ -215,17 +229,11 @@ impl wal::storage::Storage for Sparse {
         };
         self.inner.submit(Submission { token: sub.token, op })
     }
-    fn prepare_file(&self, name: &str, len: u64) -> std::io::Result<()> {
-        let f = std::fs::File::create_new(self.dir.join(name))?;
-        f.set_len(len)?;
-        f.sync_all()?;
-        std::fs::File::open(&self.dir)?.sync_all()
-    }
 }
 
 /// A writer of segments of `seg_len` bytes in `dir`, made sparse ([`Sparse`]).
 fn sparse_log(dir: &Path, seg_len: u32) -> Wal {
-    let st = Sparse { inner: wal::storage::FileStorage::new(dir, true).unwrap(), dir: dir.to_path_buf() };
+    let st = Sparse { inner: wal::storage::FileStorage::new(dir, true).unwrap() };
     let opts = Options { segment_len_bytes: seg_len, prepare_in_background: false, ..Options::default() };
     Wal::open_with(std::sync::Arc::new(st), opts).unwrap().0
 }

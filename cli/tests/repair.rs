@@ -383,7 +383,7 @@ fn a_live_writer_keeps_the_log_from_being_repaired() {
     corrupt_log(&log);
     // The writer's lock, as a writer takes it (the open itself refuses a CORRUPT log).
     let st = wal::storage::FileStorage::new(&log, false).unwrap();
-    let lock = wal::storage::Storage::lock(&st, true).unwrap();
+    let lock = wal::storage::Writer::lock_exclusive(&st).unwrap();
     let before = snapshot(&log);
     let (code, out, err) = walcheck(&["repair", "--lossy", "--backup", s(&d.path().join("bk")), s(&log)]);
     assert_eq!(code, verifier::report::EXIT_IO_ERROR, "{out}{err}");

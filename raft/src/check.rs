@@ -152,7 +152,7 @@ fn open(dir: &Path) -> Result<Opened, String> {
         first_lsn: 0,
         ..Options::default()
     };
-    let (wal, _) = Wal::open_with(Arc::new(verifier::pread::ReadOnlyDir::new(&log_dir)), opts)
+    let (wal, _) = Wal::open_reader(Arc::new(verifier::pread::ReadOnlyDir::new(&log_dir)), opts)
         .map_err(|e| format!("{}: {e}", log_dir.display()))?;
     let snap =
         read_snapshot_file(&dir.join("sm")).map_err(|e| format!("{}: {e}", dir.join("sm").display()))?;

@@ -293,7 +293,7 @@ pub fn compare_replicas<S: StateMachine>(dirs: &[PathBuf], spec: &StateMachineSp
         let crc = crate::verify(dir, &crate::VerifyOptions::default(), &mut |_| {});
         let opts =
             Options { recovery: RecoveryMode::Salvage, read_only: true, create: false, ..Options::default() };
-        let opened = Wal::open_with(Arc::new(ReadOnlyDir::new(dir)), opts);
+        let opened = Wal::open_reader(Arc::new(ReadOnlyDir::new(dir)), opts);
         let (first, last) = match &opened {
             Ok((w, _)) => (w.first_lsn(), w.first_lsn().and(w.next_lsn().0.checked_sub(1)).map(Lsn)),
             Err(_) => (None, None),

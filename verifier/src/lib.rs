@@ -104,7 +104,7 @@ fn scan_report(
 /// Which kind of no-log a directory the scan found without one is: the scan says "not found"
 /// for a directory without `wal.meta` that holds no segment file or only blank ones.
 fn no_log_kind(storage: &ReadOnlyDir) -> report::NoLog {
-    use wal::storage::Storage;
+    use wal::storage::Reader;
     let segments = storage.list().unwrap_or_default();
     if segments.iter().any(|n| wal::format::parse_segment_file_name(n).is_some()) {
         report::NoLog::InterruptedCreation
@@ -151,10 +151,10 @@ impl Stats {
 /// [`Report::unfinished_spares`]).
 fn unfinished_spares(spares: &[u64], storage: &ReadOnlyDir) -> Vec<(u64, u64)> {
     use wal::format::{segment_file_name, MAX_SEGMENT_LEN, MIN_SEGMENT_LEN, SECTOR};
-    use wal::storage::Storage;
+    use wal::storage::Reader;
     let mut out = Vec::new();
     for &seq in spares {
-        let Ok(f) = storage.open(&segment_file_name(seq), false) else { continue };
+        let Ok(f) = storage.open(&segment_file_name(seq)) else { continue };
         let len = storage.len(f);
         storage.close(f);
         if let Ok(len) = len {
@@ -170,7 +170,7 @@ fn unfinished_spares(spares: &[u64], storage: &ReadOnlyDir) -> Vec<(u64, u64)> {
 
 impl Report {
     fn absorb(&mut self, scan: wal::LogScan, storage: &ReadOnlyDir) {
-        use wal::storage::Storage;
+        use wal::storage::Reader;
         self.stats.segments = scan.segments.len();
         self.stats.sealed = scan.segments.iter().filter(|s| s.sealed()).count();
         self.stats.spares = scan.spares.len();
@@ -180,7 +180,7 @@ impl Report {
         self.stats.floor_segment = scan.meta.map(|m| m.floor_segment_seq.get());
         let mut bytes = 0;
         for s in &scan.segments {
-            if let Ok(f) = storage.open(&wal::format::segment_file_name(s.seq), false) {
+            if let Ok(f) = storage.open(&wal::format::segment_file_name(s.seq)) {
                 bytes += storage.len(f).unwrap_or(0);
                 storage.close(f);
             }

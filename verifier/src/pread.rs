@@ -1,13 +1,14 @@
-//! A read-only [`Storage`] over a log directory that reads with `pread`, never through a map:
-//! an I/O error under a map is a SIGBUS, here it is an error the verifier reports as IO_ERROR.
-//! It never creates, writes, renames, removes or syncs anything.
+//! The read side of the storage seam ([`Reader`]) over a log directory, reading with `pread`,
+//! never through a map: an I/O error under a map is a SIGBUS, here it is an error the verifier
+//! reports as IO_ERROR. It implements nothing of the write side, so it cannot create, write,
+//! rename, remove or sync anything; a replay opens the log over it with `Wal::open_reader`.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use wal::storage::{Completion, FileId, LockGuard, Mapping, Storage, Submission};
+use wal::storage::{FileId, LockGuard, Mapping, Reader};
 
 /// Bytes a full scan reads at a time: small enough to stay in the CPU's cache while it is
 /// walked, large enough that the read calls cost little.
@@ -26,10 +27,6 @@ pub struct ReadOnlyDir {
     /// another file refills the buffer in place once its reader has let go of it: a scan then
     /// allocates (and page-faults) one segment's worth of memory, not one per segment.
     spare: Mutex<Option<(String, Arc<Vec<u8>>)>>,
-}
-
-fn read_only() -> io::Error {
-    io::Error::new(io::ErrorKind::PermissionDenied, "the verifier never writes")
 }
 
 impl ReadOnlyDir {
@@ -90,7 +87,7 @@ impl ReadOnlyDir {
     }
 }
 
-impl Storage for ReadOnlyDir {
+impl Reader for ReadOnlyDir {
     fn list(&self) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
         for e in std::fs::read_dir(&self.dir)? {
@@ -102,10 +99,7 @@ impl Storage for ReadOnlyDir {
         Ok(names)
     }
 
-    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
-        if create_new {
-            return Err(read_only());
-        }
+    fn open(&self, name: &str) -> io::Result<FileId> {
         // Only a regular file: a FIFO, device, socket, directory or symbolic link named like a
         // log file is refused with what it is, never read (wal::storage::NotRegularFile).
         let f = wal::storage::open_regular(&self.dir, name, File::options().read(true), false)?;
@@ -118,14 +112,6 @@ impl Storage for ReadOnlyDir {
 
     fn close(&self, file: FileId) {
         self.files().1.remove(&file);
-    }
-
-    fn remove(&self, _: &str) -> io::Result<()> {
-        Err(read_only())
-    }
-
-    fn rename(&self, _: &str, _: &str) -> io::Result<()> {
-        Err(read_only())
     }
 
     fn len(&self, file: FileId) -> io::Result<u64> {
@@ -147,12 +133,12 @@ impl Storage for ReadOnlyDir {
     }
 
     /// Reads the whole file with pread. A full scan reads segments in windows instead
-    /// ([`Storage::scan_window`]), and classifies damage through windows too; this serves the
+    /// ([`Reader::scan_window`]), and classifies damage through windows too; this serves the
     /// rest (a replay, a segment that changed length during a scan, the whole-file checks of
     /// an unusual file). Memory is what the file holds, not
     /// its length: a new buffer is a zeroed allocation whose pages stay untouched where the
     /// file reads as zero (read a window at a time and copied page by page, skipping zero
-    /// pages; past the written end, [`Storage::written_end`], nothing is read at all). So a
+    /// pages; past the written end, [`Reader::written_end`], nothing is read at all). So a
     /// damaged 1 GiB segment holding a few batches costs a few pages, not 1 GiB.
     fn map(&self, file: FileId) -> io::Result<Mapping> {
         let len = self.len(file)? as usize;
@@ -198,25 +184,9 @@ impl Storage for ReadOnlyDir {
         Some(SCAN_WINDOW)
     }
 
-    fn submit(&self, _: Submission) -> io::Result<()> {
-        Err(read_only())
-    }
-
-    fn reap(&self, _: &mut Vec<Completion>, _: bool) -> io::Result<()> {
-        Err(read_only())
-    }
-
     /// A shared lock never blocks the verifier and never creates the lock file: a live writer
-    /// is detected separately ([`ReadOnlyDir::writer_holds_lock`]) and reported as live. An
-    /// exclusive lock is a writer's, refused.
-    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
-        if exclusive {
-            return Err(read_only());
-        }
+    /// is detected separately ([`ReadOnlyDir::writer_holds_lock`]) and reported as live.
+    fn lock_shared(&self) -> io::Result<LockGuard> {
         Ok(LockGuard::new(Box::new(())))
-    }
-
-    fn prepare_file(&self, _: &str, _: u64) -> io::Result<()> {
-        Err(read_only())
     }
 }

@@ -313,7 +313,7 @@ pub fn check_state<S: StateMachine>(
     let storage = Arc::new(ReadOnlyDir::new(dir));
     let wal_opts =
         Options { recovery: RecoveryMode::Salvage, read_only: true, create: false, ..Options::default() };
-    let wal = match Wal::open_with(storage, wal_opts) {
+    let wal = match Wal::open_reader(storage, wal_opts) {
         Ok((w, _)) => w,
         Err(e) => return StateReport::not_checked(m, format!("not replayed: {e}")),
     };

@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::format::*;
 use crate::scan;
-use crate::storage::{self, Op, Storage};
+use crate::storage::{self, Op, Reader, Storage};
 use zerocopy::IntoBytes;
 
 /// Writes `wal.close` (FORMAT.md section 6.1): the logical state `l` at the clean close that
@@ -34,7 +34,7 @@ pub(crate) fn write_close_state(
     data.extend_from_slice(&state);
     data.extend_from_slice(&crc32c::crc32c(&data).to_le_bytes());
     let _ = storage.remove(CLOSE_TMP_NAME);
-    let f = storage.open(CLOSE_TMP_NAME, true)?;
+    let f = storage.create(CLOSE_TMP_NAME)?;
     let r = storage::complete(storage, 13, Op::Write { file: f, offset: 0, data })
         .and_then(|_| storage::complete(storage, 14, Op::SyncData { file: f }));
     storage.close(f);
@@ -48,11 +48,11 @@ pub(crate) fn write_close_state(
 /// segment instead. A file that cannot be read is `Err`: an I/O error says nothing about the
 /// bytes, so a scan reports it as such, never as damage.
 pub(crate) fn read_close_state(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     segment: u64,
     footer_crc: u32,
 ) -> Result<Option<scan::Logical>> {
-    let f = match storage.open(CLOSE_FILE_NAME, false) {
+    let f = match storage.open(CLOSE_FILE_NAME) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(format!("opening {CLOSE_FILE_NAME}"), e)),

@@ -17,7 +17,7 @@ pub(crate) fn sync_dir(storage: &dyn Storage) -> Result<()> {
 /// Creates a new log: its first segment (zero-filled, durable), then `wal.meta` naming it.
 pub(crate) fn init(storage: &dyn Storage, segment_len: u32, log_id: Option<[u8; 16]>) -> Result<()> {
     let first = segment_file_name(1);
-    let f = storage.open(&first, true).map_err(|e| Error::io(format!("creating {first}"), e))?;
+    let f = storage.create(&first).map_err(|e| Error::io(format!("creating {first}"), e))?;
     let r = storage::complete(storage, 1, Op::ZeroFill { file: f, len: segment_len.into() })
         .and_then(|_| storage::complete(storage, 2, Op::SyncData { file: f }));
     storage.close(f);
@@ -40,7 +40,7 @@ pub(crate) fn init(storage: &dyn Storage, segment_len: u32, log_id: Option<[u8; 
 /// tears, which is what lets it attest a clean close.
 pub(crate) fn replace_meta(storage: &dyn Storage, meta: &MetaFile) -> std::io::Result<()> {
     let _ = storage.remove(META_TMP_NAME);
-    let f = storage.open(META_TMP_NAME, true)?;
+    let f = storage.create(META_TMP_NAME)?;
     let r = storage::complete(storage, 10, Op::Write { file: f, offset: 0, data: meta.as_bytes().to_vec() })
         .and_then(|_| storage::complete(storage, 11, Op::SyncData { file: f }));
     storage.close(f);
@@ -58,7 +58,7 @@ pub(crate) fn sync_unsealed(storage: &dyn Storage) -> Result<()> {
     seqs.sort_unstable();
     for &s in seqs.iter().rev().take(3) {
         let name = segment_file_name(s);
-        let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+        let f = storage.open(&name).map_err(|e| Error::io(format!("opening {name}"), e))?;
         let r = storage::complete(storage, 3, Op::SyncData { file: f });
         storage.close(f);
         r.map_err(|e| Error::io(format!("syncing {name}"), e))?;
@@ -80,7 +80,7 @@ pub fn cut_tail(storage: &dyn Storage, d: &Damage) -> Result<(u64, u64, u64)> {
     let ranges = cut_ranges(&bytes, from, crate::stale::Owner { log_id, segment_seq: d.segment });
     drop(bytes);
     let name = segment_file_name(d.segment);
-    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let f = storage.open(&name).map_err(|e| Error::io(format!("opening {name}"), e))?;
     let mut r = Ok((0, None));
     for &(a, b) in &ranges {
         r = r.and_then(|_| {

@@ -12,7 +12,7 @@
 
 use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::{parse_segment_file_name, CLOSE_FILE_NAME, META_FILE_NAME};
-use crate::storage::{NotRegularFile, Storage};
+use crate::storage::{NotRegularFile, Reader};
 
 /// The names a scan reads: segments (any sequence: a leftover below the purge floor is removed
 /// by a writer, a spare becomes a segment), `wal.meta` and `wal.close`.
@@ -25,7 +25,7 @@ fn read_by_a_scan(name: &str) -> Option<u64> {
 
 /// The first of `names` (the directory's listing, in order) that the log owns and that is not
 /// a regular file, as CORRUPT damage at its segment (0 for `wal.meta` and `wal.close`).
-pub(crate) fn not_regular_damage(storage: &dyn Storage, names: &[String]) -> Result<Option<Damage>> {
+pub(crate) fn not_regular_damage(storage: &dyn Reader, names: &[String]) -> Result<Option<Damage>> {
     for name in names {
         let Some(segment) = read_by_a_scan(name) else { continue };
         let what = storage.not_regular(name).map_err(|e| Error::io(format!("looking at {name}"), e))?;

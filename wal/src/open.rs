@@ -9,7 +9,7 @@ use crate::log::open_check::Trust;
 use crate::log::{Active, Backend, OpenCheck, OpenReport, Options, Spare, Staged, Wal, STATE_MAX_LEN};
 use crate::recovery::{self, LogScan, RecoveryMode};
 use crate::scan::Logical;
-use crate::storage::{FileStorage, LockGuard, Storage};
+use crate::storage::{FileStorage, LockGuard, Reader, Storage};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -39,6 +39,17 @@ impl Wal {
         let (wal, mut report) = Wal::open_with(storage, opts)?;
         report.backend = name;
         Ok((wal, report))
+    }
+
+    /// Opens the log read-only behind a storage that implements only the read side (the
+    /// verifier's read-only directory): as [`Wal::open_with`] with `opts.read_only` set, which a
+    /// reader cannot do otherwise. The handle replays and answers questions; every write is
+    /// refused ([`Error::ReadOnly`] before the storage is reached).
+    #[cfg(feature = "internal")]
+    #[doc(hidden)]
+    pub fn open_reader(reader: Arc<dyn Reader>, mut opts: Options) -> Result<(Wal, OpenReport)> {
+        opts.read_only = true;
+        Wal::open_with(Arc::new(crate::storage::ReadOnly::new(reader)), opts)
     }
 
     /// Opens the log behind any storage backend.
@@ -73,7 +84,8 @@ impl Wal {
                 "max_payload_bytes {max_payload} must be between 1 and {most} for {seg_len}-byte segments"
             )));
         }
-        let lock = storage.lock(!opts.read_only).map_err(|e| match e.kind() {
+        let lock = if opts.read_only { storage.lock_shared() } else { storage.lock_exclusive() };
+        let lock = lock.map_err(|e| match e.kind() {
             std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
             _ => Error::io("locking the log directory", e),
         })?;
@@ -204,10 +216,8 @@ impl Wal {
             if let Some(last) = wal.segments.last() {
                 if !last.sealed() {
                     let name = segment_file_name(last.seq);
-                    let file = wal
-                        .storage
-                        .open(&name, false)
-                        .map_err(|e| Error::io(format!("opening {name}"), e))?;
+                    let file =
+                        wal.storage.open(&name).map_err(|e| Error::io(format!("opening {name}"), e))?;
                     wal.active = Some(Active {
                         seq: last.seq,
                         header: last.header,
@@ -229,5 +239,43 @@ impl Wal {
             }
         }
         Ok(wal)
+    }
+}
+
+#[cfg(all(test, feature = "internal"))]
+mod tests {
+    use crate::storage::{FileStorage, Reader};
+    use crate::{Epoch, Error, Options, Wal};
+    use std::sync::Arc;
+
+    /// A log opened through a reader replays what was written and refuses to write, and the
+    /// directory is byte for byte as it was.
+    #[test]
+    fn a_reader_opens_a_log_read_only() {
+        let d = tempfile::tempdir().unwrap();
+        let opts = Options { segment_len_bytes: 64 * 1024, ..Options::default() };
+        let (mut log, _) = Wal::open(d.path(), opts.clone()).unwrap();
+        for i in 0..10u8 {
+            log.append(Epoch(0), &[i; 100]).unwrap();
+        }
+        log.sync().unwrap();
+        drop(log); // no clean close: the open walks the last segment
+        let before: Vec<(String, Vec<u8>)> = files(d.path());
+        let reader: Arc<dyn Reader> = Arc::new(FileStorage::new(d.path(), false).unwrap());
+        let (mut log, _) = Wal::open_reader(reader, opts).unwrap();
+        assert_eq!(log.replay().unwrap().collect_entries().unwrap().len(), 10);
+        assert!(matches!(log.append(Epoch(0), b"x"), Err(Error::ReadOnly)));
+        drop(log);
+        assert_eq!(files(d.path()), before);
+    }
+
+    fn files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| (e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap()))
+            .collect();
+        v.sort();
+        v
     }
 }

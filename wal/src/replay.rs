@@ -18,7 +18,7 @@ use crate::log::{Checkpoint, Wal};
 use crate::recovery::{map_segment, SegmentInfo};
 use crate::scan::{RawDamage, Step, Walker};
 use crate::stale::StaleTable;
-use crate::storage::{Mapping, Storage};
+use crate::storage::{Mapping, Reader};
 use crate::{Durability, Epoch, Lsn};
 use std::sync::Arc;
 
@@ -73,7 +73,7 @@ struct Cur {
 
 /// Streams live entries and checkpoints. Call [`Replay::next`] until `None`.
 pub struct Replay {
-    storage: Arc<dyn Storage>,
+    storage: Arc<dyn Reader>,
     /// Pins the segment mapped in `cur`, so that the writer never recycles it meanwhile.
     pins: Arc<Pins>,
     segs: Vec<Seg>,
@@ -172,7 +172,7 @@ impl Wal {
 
 impl Replay {
     pub(crate) fn new(
-        storage: Arc<dyn Storage>,
+        storage: Arc<dyn Reader>,
         pins: Arc<Pins>,
         segments: &[SegmentInfo],
         end: Option<(u64, u64)>,

@@ -6,14 +6,14 @@
 
 use crate::classify::SegmentBytes;
 use crate::scan::Window;
-use crate::storage::{FileId, Storage};
+use crate::storage::{FileId, Reader};
 
 /// Reads are aligned to this many bytes of the file.
 pub(crate) const READ_ALIGN: usize = 4096;
 
 /// Segment file `file` of `storage`, read on demand into `buf`.
 pub(crate) struct SegmentReader<'s> {
-    storage: &'s dyn Storage,
+    storage: &'s dyn Reader,
     file: FileId,
     file_len: usize,
     written: usize,
@@ -25,10 +25,10 @@ pub(crate) struct SegmentReader<'s> {
 }
 
 impl<'s> SegmentReader<'s> {
-    /// Nothing is read past the file's written end ([`Storage::written_end`]): every byte
+    /// Nothing is read past the file's written end ([`Reader::written_end`]): every byte
     /// there is zero.
     pub(crate) fn new(
-        storage: &'s dyn Storage,
+        storage: &'s dyn Reader,
         file: FileId,
         window: usize,
         buf: &'s mut Vec<u8>,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use wal::format::{footer_offset, record_len, segment_file_name, Kind, META_FILE_NAME};
 use wal::scan::{read_start, Expect, Start, Step, Walker};
-use wal::storage::{FileId, Mapping, Storage};
+use wal::storage::{Completions, FileId, Mapping, Reader, Writer};
 use wal::{CrcVerdict, DamageKind, Epoch, Lsn, Options, Wal};
 use wal_sim::MemStorage;
 
@@ -142,8 +142,16 @@ impl Windowed {
     }
 }
 
-impl Storage for Windowed {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, submit, reap, lock, prepare_file, recycle_file);
+impl Writer for Windowed {
+    wal::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill);
+}
+
+impl Completions for Windowed {
+    wal::forward_storage!(inner: submit, reap);
+}
+
+impl Reader for Windowed {
+    wal::forward_storage!(inner: list, open, close, len, lock_shared);
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.max_read.fetch_max(buf.len(), Ordering::Relaxed);

@@ -7,7 +7,7 @@ use common::kv::Kv;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use wal::storage::Storage;
+use wal::storage::Reader;
 use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Error, Failure, Options, Wal};
 use wal_sim::MemStorage;
 

@@ -275,10 +275,16 @@ struct SlowSync {
     inner: MemStorage,
 }
 
-impl wal::storage::Storage for SlowSync {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, map, written_end,
-        scan_window, reap, lock, prepare_file, prepare_file_reserved, recycle_file,
-        concurrent_wait, wait);
+impl wal::storage::Reader for SlowSync {
+    wal::forward_storage!(inner: list, open, close, len, read_at, map, written_end, scan_window, lock_shared);
+}
+
+impl wal::storage::Writer for SlowSync {
+    wal::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve);
+}
+
+impl wal::storage::Completions for SlowSync {
+    wal::forward_storage!(inner: reap, concurrent_wait, wait);
 
     fn submit(&self, sub: wal::storage::Submission) -> std::io::Result<()> {
         if matches!(sub.op, wal::storage::Op::SyncData { .. }) {

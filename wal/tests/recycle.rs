@@ -300,8 +300,16 @@ struct Windowed {
     maps: std::sync::atomic::AtomicUsize,
 }
 
-impl wal::storage::Storage for Windowed {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, written_end, not_regular, submit, reap, lock, prepare_file);
+impl wal::storage::Writer for Windowed {
+    wal::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill);
+}
+
+impl wal::storage::Completions for Windowed {
+    wal::forward_storage!(inner: submit, reap);
+}
+
+impl wal::storage::Reader for Windowed {
+    wal::forward_storage!(inner: list, open, close, len, read_at, written_end, not_regular, lock_shared);
     fn map(&self, file: wal::storage::FileId) -> std::io::Result<wal::storage::Mapping> {
         self.maps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.map(file)

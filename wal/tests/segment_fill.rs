@@ -3,18 +3,22 @@
 //! `RESERVE_BYTES_PER_SYNC` bytes, and a log made of reserved segments reads, verifies and
 //! reopens like any other (the format cannot tell the two apart).
 
+use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
-use wal::storage::{FileStorage, Storage};
+use wal::storage::{Completions, FileId, FileStorage, Reader, Writer};
 use wal::{Epoch, Options, SegmentFill, Wal};
 
-/// `FileStorage` that records how each file was prepared.
+/// `FileStorage` that records how each file was prepared: its zeros reserved (`fallocate`
+/// asked for) or written, as segment preparation asks the blocking side for them.
 #[derive(Debug)]
 struct Recording {
     inner: FileStorage,
     /// (file name, reserved) in the order the preparations started.
     prepared: Mutex<Vec<(String, bool)>>,
+    /// The names of the files created, by handle.
+    names: Mutex<HashMap<FileId, String>>,
 }
 
 impl Recording {
@@ -23,25 +27,49 @@ impl Recording {
     }
 }
 
-impl Storage for Recording {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, map, submit, reap, lock);
+impl Reader for Recording {
+    wal::forward_storage!(inner: list, open, close, len, read_at, map, lock_shared);
+}
 
-    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
-        self.prepared.lock().unwrap().push((name.to_string(), false));
-        self.inner.prepare_file(name, len)
+impl Writer for Recording {
+    wal::forward_storage!(inner: remove, rename, lock_exclusive, write_at, sync_data, sync_dir);
+
+    fn create(&self, name: &str) -> io::Result<FileId> {
+        let f = self.inner.create(name)?;
+        self.names.lock().unwrap().insert(f, name.to_string());
+        Ok(f)
     }
-    fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
-        self.prepared.lock().unwrap().push((name.to_string(), true));
-        self.inner.prepare_file_reserved(name, len)
+    fn reserve(&self, file: FileId, len: u64) -> io::Result<bool> {
+        let name = self.names.lock().unwrap().get(&file).cloned().unwrap_or_default();
+        self.prepared.lock().unwrap().push((name, true));
+        self.inner.reserve(file, len)
     }
+    /// Zeros written: a preparation of its own, unless it follows a reservation the file system
+    /// could not make (then the file counts as reserved, as asked).
+    fn zero_fill(&self, file: FileId, len: u64) -> io::Result<()> {
+        let name = self.names.lock().unwrap().get(&file).cloned().unwrap_or_default();
+        let mut p = self.prepared.lock().unwrap();
+        if p.last().is_none_or(|(last, _)| *last != name) {
+            p.push((name, false));
+        }
+        drop(p);
+        self.inner.zero_fill(file, len)
+    }
+}
+
+impl Completions for Recording {
+    wal::forward_storage!(inner: submit, reap);
 }
 
 const SEG: u32 = 256 << 10;
 const ENTRY: usize = 4096;
 
 fn open(dir: &std::path::Path, fill: SegmentFill) -> (Wal, Arc<Recording>) {
-    let st =
-        Arc::new(Recording { inner: FileStorage::new(dir, true).unwrap(), prepared: Mutex::new(Vec::new()) });
+    let st = Arc::new(Recording {
+        inner: FileStorage::new(dir, true).unwrap(),
+        prepared: Mutex::new(Vec::new()),
+        names: Mutex::default(),
+    });
     // Preparation on the appending thread, so the record is complete when a rotation returns.
     let opts = Options {
         segment_len_bytes: SEG,

@@ -1,9 +1,10 @@
-//! `Storage::written_end` on real files, and the open that uses it: the zeros past a reserved
+//! `Reader::written_end` on real files, and the open that uses it: the zeros past a reserved
 //! segment's data (and a reserved spare) are taken from the file system's word instead of read,
 //! while a byte written anywhere in them is still found.
 
 use std::os::unix::fs::FileExt;
-use wal::storage::{FileStorage, Storage};
+use wal::storage::prepare::prepare_file;
+use wal::storage::{FileStorage, Reader, Writer};
 use wal::{CrcVerdict, Epoch, Options, SegmentFill, Wal};
 
 /// Larger than this machine's read-ahead (8 MiB for its disk), which maps in zero pages past
@@ -14,8 +15,8 @@ const PAGE: usize = 4096;
 /// Whether the file system of `dir` reports unwritten reserved blocks (ext4, xfs, tmpfs do):
 /// where it does not, `written_end` is the length, which is always allowed.
 fn reports_holes(st: &FileStorage) -> bool {
-    st.prepare_file_reserved("probe", 1 << 20).unwrap();
-    let f = st.open("probe", false).unwrap();
+    prepare_file(st, "probe", 1 << 20, true).unwrap();
+    let f = st.open("probe").unwrap();
     let end = st.written_end(f).unwrap();
     st.close(f);
     st.remove("probe").unwrap();
@@ -28,10 +29,10 @@ fn written_end_covers_every_written_byte() {
     let st = FileStorage::new(dir.path(), true).unwrap();
     let exact = reports_holes(&st);
     let len = 1u64 << 20;
-    st.prepare_file_reserved("r", len).unwrap();
+    prepare_file(&st, "r", len, true).unwrap();
     let path = dir.path().join("r");
     let raw = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    let f = st.open("r", false).unwrap();
+    let f = st.open("r").unwrap();
     let end = |st: &FileStorage| st.written_end(f).unwrap();
     if exact {
         assert_eq!(end(&st), 0, "a reserved file holds no data");
@@ -50,8 +51,8 @@ fn written_end_covers_every_written_byte() {
     assert_eq!(end(&st), len);
     st.close(f);
     // Zeros written for real are data to every file system: nothing is skipped.
-    st.prepare_file("z", len).unwrap();
-    let f = st.open("z", false).unwrap();
+    prepare_file(&st, "z", len, false).unwrap();
+    let f = st.open("z").unwrap();
     assert_eq!(st.written_end(f).unwrap(), len);
     st.close(f);
 }
@@ -171,9 +172,8 @@ struct Windowed {
     inner: FileStorage,
 }
 
-impl Storage for Windowed {
-    wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, map, written_end,
-        submit, reap, lock, prepare_file);
+impl Reader for Windowed {
+    wal::forward_storage!(inner: list, open, close, len, read_at, map, written_end, lock_shared);
 
     fn scan_window(&self) -> Option<usize> {
         Some(1 << 20)

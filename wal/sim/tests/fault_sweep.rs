@@ -9,7 +9,7 @@
 use wal_sim::sweep;
 
 use std::time::Instant;
-use wal::storage::{Completion, Op, Storage, Submission};
+use wal::storage::{Completion, Completions, Op, Reader, Submission, Writer};
 use wal_sim::{MemStorage, SectorFate};
 
 /// Seeds of the fast subset: enough for at least 100,000 cases (checked below).
@@ -110,7 +110,7 @@ fn a_seed_replays_exactly() {
 }
 
 fn file(st: &MemStorage, name: &str) -> u64 {
-    st.open(name, true).unwrap()
+    st.create(name).unwrap()
 }
 
 fn run(st: &MemStorage, token: u64, op: Op) -> std::io::Result<u64> {

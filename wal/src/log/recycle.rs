@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::format::{parse_recycle_file_name, recycle_file_name, segment_file_name};
 use crate::recovery::SegmentInfo;
 use crate::stale::Owner;
-use crate::storage::{FileId, Storage};
+use crate::storage::{prepare, FileId, Storage};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The segments that replays of this process have mapped, by sequence (one entry per map).
@@ -89,7 +89,7 @@ pub(crate) fn adopt(storage: &dyn Storage, names: &[String], opts: &Options) -> 
 }
 
 fn file_len(storage: &dyn Storage, name: &str) -> std::io::Result<u64> {
-    let f: FileId = storage.open(name, false)?;
+    let f: FileId = storage.open(name)?;
     let r = storage.len(f);
     storage.close(f);
     r
@@ -134,7 +134,7 @@ impl Wal {
         if !recycle(&*self.storage, old, &name, len.into(), owner) {
             return Ok(None);
         }
-        match self.storage.open(&name, false) {
+        match self.storage.open(&name) {
             Ok(f) => Ok(Some(f)),
             Err(e) => Err(self.fail_io(format!("opening {name}"), e)),
         }
@@ -142,15 +142,15 @@ impl Wal {
 }
 
 /// Makes the set-aside file of segment `old` into segment file `name`, a recycled spare: the
-/// old file is read once for its stale table, then [`Storage::recycle_file`] writes the table,
+/// old file is read once for its stale table, then [`prepare::recycle_file`] writes the table,
 /// zeroes the header sector and the footer slot, syncs and renames. False when that failed: the
-/// caller makes a new file. A storage that cannot recycle left the file as it was, and it goes;
-/// any other failure already removed it.
+/// caller makes a new file. A failure there already removed the file; one before it (reading
+/// the old file) leaves it, and it goes here.
 pub(crate) fn recycle(storage: &dyn Storage, old: u64, name: &str, len: u64, owner: Owner) -> bool {
     let from = recycle_file_name(old);
     let writes = (|| {
         let seg_len = u32::try_from(len).map_err(std::io::Error::other)?;
-        let f = storage.open(&from, false)?;
+        let f = storage.open(&from)?;
         let r = storage.len(f).and_then(|have| {
             if have != len {
                 return Err(std::io::Error::new(
@@ -164,7 +164,7 @@ pub(crate) fn recycle(storage: &dyn Storage, old: u64, name: &str, len: u64, own
         storage.close(f);
         r
     })();
-    let r = writes.and_then(|w| storage.recycle_file(&from, name, len, &w));
+    let r = writes.and_then(|w| prepare::recycle_file(storage, &from, name, len, &w));
     match r {
         Ok(()) => true,
         Err(_) => {

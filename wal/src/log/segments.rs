@@ -45,8 +45,7 @@ impl Wal {
         self.finish_preparing(Some(seq));
         let spare = self.spares.iter().find(|s| s.seq == seq).copied();
         let (file, recycled) = if let Some(spare) = spare {
-            let f =
-                self.storage.open(&name, false).map_err(|e| self.fail_io("opening a spare segment", e))?;
+            let f = self.storage.open(&name).map_err(|e| self.fail_io("opening a spare segment", e))?;
             let len = self.storage.len(f).map_err(|e| self.fail_io("sizing a spare segment", e))?;
             if len != u64::from(seg_len) {
                 self.storage.close(f);
@@ -124,13 +123,9 @@ impl Wal {
 
     fn create_segment(&mut self, name: &str, len: u32) -> Result<FileId> {
         let st = self.storage.clone();
-        let r = if self.reserve_segments {
-            st.prepare_file_reserved(name, len.into())
-        } else {
-            st.prepare_file(name, len.into())
-        };
+        let r = crate::storage::prepare::prepare_file(&*st, name, len.into(), self.reserve_segments);
         r.map_err(|e| self.fail_io(format!("preparing {name}"), e))?;
-        st.open(name, false).map_err(|e| self.fail_io(format!("opening {name}"), e))
+        st.open(name).map_err(|e| self.fail_io(format!("opening {name}"), e))
     }
 
     /// Prepares segment `seq` (zero-filled, synced, durable in the directory) on a helper thread,
@@ -156,11 +151,7 @@ impl Wal {
             if source.is_some_and(|old| super::recycle::recycle(&*st, old, &name, len, owner)) {
                 return Ok(true);
             }
-            if reserve {
-                st.prepare_file_reserved(&name, len).map(|()| false)
-            } else {
-                st.prepare_file(&name, len).map(|()| false)
-            }
+            crate::storage::prepare::prepare_file(&*st, &name, len, reserve).map(|()| false)
         });
         // If no thread can be started, the rotation prepares the segment itself.
         if let Ok(h) = spawned {

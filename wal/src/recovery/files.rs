@@ -4,11 +4,11 @@
 
 use crate::error::{DamageKind, Error, Result};
 use crate::format::*;
-use crate::storage::{FileId, Mapping, Storage};
+use crate::storage::{FileId, Mapping, Reader};
 use zerocopy::FromBytes;
 
-pub(crate) fn read_meta(storage: &dyn Storage) -> Result<std::result::Result<MetaFile, DamageKind>> {
-    let f = storage.open(META_FILE_NAME, false).map_err(|e| Error::io("opening wal.meta", e))?;
+pub(crate) fn read_meta(storage: &dyn Reader) -> Result<std::result::Result<MetaFile, DamageKind>> {
+    let f = storage.open(META_FILE_NAME).map_err(|e| Error::io("opening wal.meta", e))?;
     let mut buf = [0u8; META_FILE_LEN + 1];
     let n = storage.read_at(f, 0, &mut buf);
     storage.close(f);
@@ -35,7 +35,7 @@ pub(crate) fn read_meta(storage: &dyn Storage) -> Result<std::result::Result<Met
 }
 
 /// True when every listed segment file is entirely zero (never took a record).
-pub(crate) fn only_blank_segments(storage: &dyn Storage, seqs: &[u64]) -> Result<bool> {
+pub(crate) fn only_blank_segments(storage: &dyn Reader, seqs: &[u64]) -> Result<bool> {
     for &s in seqs {
         let (map, written) = map_segment_written(storage, s)?;
         if !is_zero(map.get(..written).unwrap_or_default()) {
@@ -47,7 +47,7 @@ pub(crate) fn only_blank_segments(storage: &dyn Storage, seqs: &[u64]) -> Result
 
 /// A segment's header and footer slot at their offsets in a zero buffer of the file's length
 /// (a quick check reads nothing else).
-pub(super) fn read_ends(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
+pub(super) fn read_ends(storage: &dyn Reader, seq: u64) -> Result<Mapping> {
     let buf = on_segment(storage, seq, "reading", |f| {
         let len = storage.len(f)? as usize;
         let mut buf = vec![0u8; len];
@@ -66,26 +66,26 @@ pub(super) fn read_ends(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
 /// Opens segment `seq`, runs `op` on it and closes it; an error of `op` is reported as
 /// "`doing` {file name}".
 pub(super) fn on_segment<T>(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     seq: u64,
     doing: &str,
     op: impl FnOnce(FileId) -> std::io::Result<T>,
 ) -> Result<T> {
     let name = segment_file_name(seq);
-    let f = storage.open(&name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let f = storage.open(&name).map_err(|e| Error::io(format!("opening {name}"), e))?;
     let r = op(f);
     storage.close(f);
     r.map_err(|e| Error::io(format!("{doing} {name}"), e))
 }
 
 /// Maps a segment file by sequence.
-pub(crate) fn map_segment(storage: &dyn Storage, seq: u64) -> Result<Mapping> {
+pub(crate) fn map_segment(storage: &dyn Reader, seq: u64) -> Result<Mapping> {
     on_segment(storage, seq, "mapping", |f| storage.map(f))
 }
 
 /// [`map_segment`], and where the segment's written bytes end ([`written_within`]): every
 /// byte of the map past it is zero.
-pub(crate) fn map_segment_written(storage: &dyn Storage, seq: u64) -> Result<(Mapping, usize)> {
+pub(crate) fn map_segment_written(storage: &dyn Reader, seq: u64) -> Result<(Mapping, usize)> {
     on_segment(storage, seq, "mapping", |f| {
         let m = storage.map(f)?;
         let written = written_within(storage, f, m.len())?;
@@ -93,8 +93,8 @@ pub(crate) fn map_segment_written(storage: &dyn Storage, seq: u64) -> Result<(Ma
     })
 }
 
-/// [`Storage::written_end`] of `f`, at most `len` (the bytes at hand).
-pub(super) fn written_within(storage: &dyn Storage, f: FileId, len: usize) -> std::io::Result<usize> {
+/// [`Reader::written_end`] of `f`, at most `len` (the bytes at hand).
+pub(super) fn written_within(storage: &dyn Reader, f: FileId, len: usize) -> std::io::Result<usize> {
     Ok(usize::try_from(storage.written_end(f)?).unwrap_or(usize::MAX).min(len))
 }
 
@@ -103,7 +103,7 @@ pub(super) fn written_within(storage: &dyn Storage, f: FileId, len: usize) -> st
 ///
 /// A file nothing was written to (a reserved spare) is not read: a read would put zero pages
 /// in the page cache, which some file systems (ext4) then report as written data.
-pub(super) fn valid_header(storage: &dyn Storage, seq: u64) -> Result<Option<SegmentHeader>> {
+pub(super) fn valid_header(storage: &dyn Reader, seq: u64) -> Result<Option<SegmentHeader>> {
     let b = on_segment(storage, seq, "reading", |f| {
         if storage.written_end(f).is_ok_and(|end| end == 0) {
             return Ok(None);

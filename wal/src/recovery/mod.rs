@@ -21,7 +21,7 @@ use crate::error::{CrcVerdict, Damage, DamageKind, Error, Result};
 use crate::format::*;
 use crate::scan::{self, Counts, Expect, FooterInfo, Logical, RawDamage, Rec, Start, Walked, Walker, Window};
 use crate::stale::{Owner, StaleTable};
-use crate::storage::Storage;
+use crate::storage::Reader;
 use files::{read_ends, valid_header};
 use windowed::{classify_windowed, walk_windowed, StaleLookup, Windowed};
 
@@ -175,13 +175,13 @@ pub enum Depth {
 }
 
 /// Scans the log in `storage`. `Err` only when the directory cannot be read or holds no log.
-pub fn scan_log(storage: &dyn Storage, full: bool) -> Result<LogScan> {
+pub fn scan_log(storage: &dyn Reader, full: bool) -> Result<LogScan> {
     scan_log_with(storage, if full { Depth::Full } else { Depth::Fast }, &mut |_, _| {})
 }
 
 /// Scans the log, calling `visit(segment, record)` for every valid record walked, in log order.
 pub fn scan_log_with(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     depth: Depth,
     visit: &mut impl FnMut(u64, &Rec<'_>),
 ) -> Result<LogScan> {
@@ -530,7 +530,7 @@ pub fn scan_log_with(
 /// close of the last segment holding records, a `wal.close` naming that close must hold the
 /// state the walk ended with, or an open would start from a wrong state. (It is written, synced
 /// and renamed before `wal.meta` records the close, so only damage makes it disagree.)
-fn check_close_file(storage: &dyn Storage, scan: &LogScan, meta: &MetaFile) -> Result<Option<Damage>> {
+fn check_close_file(storage: &dyn Reader, scan: &LogScan, meta: &MetaFile) -> Result<Option<Damage>> {
     let Some(last) = scan.segments.last() else { return Ok(None) };
     let Some(footer) = last.footer.as_ref() else { return Ok(None) };
     if last.seq != meta.closed_segment_seq.get() || footer.crc != meta.closed_footer_crc.get() {

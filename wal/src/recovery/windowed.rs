@@ -1,4 +1,4 @@
-//! Walking one segment through windows of one reused buffer (`Storage::scan_window`: the
+//! Walking one segment through windows of one reused buffer (`Reader::scan_window`: the
 //! verifier's pread storage), a window at a time, each walked while it is in cache, and
 //! classifying damage by reading only what the classification needs (`segment_read.rs`).
 //! Anything a window cannot judge as a walk of the whole file would (a file that changed
@@ -12,7 +12,7 @@ use crate::scan::{self, Expect, Logical, RawDamage, Rec, Start, Walked, Walker, 
 use crate::segment_read::SegmentReader;
 use crate::segment_read::READ_ALIGN;
 use crate::stale::{table_range, Owner, StaleTable};
-use crate::storage::{FileId, Storage};
+use crate::storage::{FileId, Reader};
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -54,7 +54,7 @@ pub(super) enum StaleLookup {
 /// them (the file changed, a read failed); the caller then judges the segment whole.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn classify_windowed(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     seq: u64,
     window: usize,
     buf: &mut Vec<u8>,
@@ -62,7 +62,7 @@ pub(super) fn classify_windowed(
     later: bool,
     stale: StaleLookup,
 ) -> std::io::Result<CrcVerdict> {
-    let f = storage.open(&segment_file_name(seq), false)?;
+    let f = storage.open(&segment_file_name(seq))?;
     let judged = (|| {
         let mut src = SegmentReader::new(storage, f, window, buf)?;
         let stale = match stale {
@@ -80,7 +80,7 @@ pub(super) fn classify_windowed(
 /// table checks out, every sector before the table is blank and its footer slot is zero;
 /// else damage at its start.
 pub(super) fn zero_header(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     f: FileId,
     window: usize,
     buf: &mut Vec<u8>,
@@ -139,7 +139,7 @@ pub(super) fn recycled_spare(
 /// with `stop_at`, up to the first batch starting there.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn walk_windowed(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     seq: u64,
     expect: &Expect,
     logical: Option<Logical>,
@@ -156,7 +156,7 @@ pub(super) fn walk_windowed(
 /// Reads `len` bytes at `at` into the front of `buf` (grown if needed): false when the file
 /// ended first (it changed length under the scan).
 pub(super) fn fill(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     f: FileId,
     buf: &mut Vec<u8>,
     at: usize,
@@ -174,7 +174,7 @@ pub(super) fn fill(
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn walk_file(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     f: FileId,
     expect: &Expect,
     logical: Option<Logical>,

@@ -10,7 +10,7 @@
 
 use super::{Applier, DedupeRecord, StateMachine, DIGEST_VERSION};
 use crate::error::{Error, Result};
-use crate::storage::{complete, Op, Storage};
+use crate::storage::{complete, Op, Reader, Storage};
 use crate::Lsn;
 
 /// The first bytes of every snapshot file (the 0x89 and CR LF catch text-mode damage).
@@ -52,7 +52,7 @@ pub fn snapshot_file_name(applied: Option<Lsn>) -> String {
 }
 
 /// Snapshot files in the directory with the applied LSN their name gives, oldest first.
-pub fn list_snapshots(storage: &dyn Storage) -> Result<Vec<(Option<Lsn>, String)>> {
+pub fn list_snapshots(storage: &dyn Reader) -> Result<Vec<(Option<Lsn>, String)>> {
     let names = storage.list().map_err(|e| Error::io("listing snapshots", e))?;
     let mut snaps: Vec<(Option<u64>, String)> = names
         .into_iter()
@@ -124,7 +124,7 @@ pub fn write_snapshot<S: StateMachine>(
     if storage.list().map_err(|e| Error::io("listing the directory", e))?.contains(&tmp) {
         storage.remove(&tmp).map_err(|e| Error::io(format!("removing a stale {tmp}"), e))?;
     }
-    let file = storage.open(&tmp, true).map_err(|e| Error::io(format!("creating {tmp}"), e))?;
+    let file = storage.create(&tmp).map_err(|e| Error::io(format!("creating {tmp}"), e))?;
     let written = complete(storage, 1, Op::Write { file, offset: 0, data: bytes })
         .and_then(|_| complete(storage, 2, Op::SyncData { file }));
     storage.close(file);
@@ -247,10 +247,10 @@ pub fn decode<S: StateMachine>(name: &str, bytes_untrusted: &[u8]) -> Result<(Ap
 
 /// Reads and checks the snapshot `name` through `storage`.
 pub fn read_snapshot<S: StateMachine>(
-    storage: &dyn Storage,
+    storage: &dyn Reader,
     name: &str,
 ) -> Result<(Applier<S>, SnapshotInfo)> {
-    let file = storage.open(name, false).map_err(|e| Error::io(format!("opening {name}"), e))?;
+    let file = storage.open(name).map_err(|e| Error::io(format!("opening {name}"), e))?;
     let map = storage.map(file);
     storage.close(file);
     let map = map.map_err(|e| Error::io(format!("reading {name}"), e))?;

@@ -1,12 +1,9 @@
-//! Real files: `pwrite`, `fdatasync`, directory fsync, `flock`. Operations run at submission
-//! (this is the portable backend; the io_uring backend queues them to the kernel instead) and
-//! their completions wait in a queue until reaped. With a sync thread
-//! ([`FileStorage::with_sync_thread`]) an fdatasync runs there instead, so the submitter can
-//! write the next batch while it is in flight, as it can with io_uring.
+//! Real files ([`Files`]): `pwrite`, `fdatasync`, directory fsync, `fallocate`, `flock`, memory
+//! maps. [`FileStorage`], the portable backend, is them under the synchronous driver
+//! (operations run at submission and their completions wait in a queue until reaped); the
+//! io_uring backend submits their writes and syncs to the kernel instead.
 
-use super::{
-    not_regular_in, Bell, Completion, FileId, LockGuard, Mapping, Op, Ready, Storage, Submission, SyncThread,
-};
+use super::{not_regular_in, Blocking, FileId, LockGuard, Mapping, Reader, Synchronous, Writer};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -33,13 +30,33 @@ pub fn pread_full(f: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
+/// The files of one log directory, as the blocking side of the seam.
 #[derive(Debug)]
-pub struct FileStorage {
+pub struct Files {
     dir: PathBuf,
     files: Mutex<HashMap<FileId, Arc<File>>>,
     next_id: Mutex<FileId>,
-    ready: Arc<Ready>,
-    syncer: Option<SyncThread>,
+}
+
+/// The portable backend: real files under the synchronous driver.
+pub type FileStorage = Synchronous<Files>;
+
+impl FileStorage {
+    /// Uses `dir` as the log directory, creating it if `create` is set.
+    pub fn new(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
+        Ok(Synchronous::drive(Files::new(dir, create)?))
+    }
+
+    /// [`FileStorage::new`] with a sync thread: each `SyncData` runs there, and its completion
+    /// is reaped (or waited for) like an io_uring one.
+    pub fn with_sync_thread(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
+        Synchronous::drive_with_sync_thread(Files::new(dir, create)?)
+    }
+
+    /// The log directory.
+    pub fn dir(&self) -> &Path {
+        self.inner().dir()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -48,7 +65,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl FileStorage {
+impl Files {
     /// Uses `dir` as the log directory, creating it if `create` is set.
     pub fn new(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
@@ -61,28 +78,10 @@ impl FileStorage {
                 format!("log directory {} does not exist", dir.display()),
             ));
         }
-        Ok(FileStorage {
-            dir,
-            files: Mutex::new(HashMap::new()),
-            next_id: Mutex::new(1),
-            ready: Arc::default(),
-            syncer: None,
-        })
+        Ok(Files { dir, files: Mutex::new(HashMap::new()), next_id: Mutex::new(1) })
     }
 
-    /// [`FileStorage::new`] with a sync thread: each `SyncData` runs there, and its completion
-    /// is reaped (or waited for with [`Storage::wait`]) like an io_uring one.
-    pub fn with_sync_thread(dir: impl AsRef<Path>, create: bool) -> io::Result<Self> {
-        let mut s = Self::new(dir, create)?;
-        s.syncer = Some(SyncThread::start("wal-fdatasync")?);
-        Ok(s)
-    }
-
-    /// Whether fdatasyncs run on a sync thread.
-    pub fn has_sync_thread(&self) -> bool {
-        self.syncer.is_some()
-    }
-
+    /// The log directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -94,79 +93,29 @@ impl FileStorage {
             .ok_or_else(|| io::Error::other(format!("file handle {id} is not open")))
     }
 
-    fn run(&self, op: Op) -> (io::Result<u64>, Option<Vec<u8>>) {
-        match op {
-            Op::Write { file, offset, data } => {
-                let r = self.file(file).and_then(|f| f.write_at(&data, offset).map(|n| n as u64));
-                (r, Some(data))
-            }
-            Op::SyncData { file } => (self.file(file).and_then(|f| f.sync_data()).map(|()| 0), None),
-            Op::SyncDir => (sync_dir(&self.dir).map(|()| 0), None),
-            Op::ZeroFill { file, len } => (self.zero_fill(file, len).map(|()| 0), None),
-        }
+    /// Opens `name` with `o` (regular files only: a FIFO named like a segment would block the
+    /// first read) and gives it a handle.
+    fn open_with(&self, name: &str, o: &mut OpenOptions, create_new: bool) -> io::Result<FileId> {
+        let f = super::open_regular(&self.dir, name, o, create_new)?;
+        let mut next = lock(&self.next_id);
+        let id = *next;
+        *next += 1;
+        lock(&self.files).insert(id, Arc::new(f));
+        Ok(id)
     }
 
-    fn zero_fill(&self, file: FileId, len: u64) -> io::Result<()> {
-        let f = self.file(file)?;
-        let zeros = vec![0u8; ZERO_CHUNK];
-        let mut at = f.metadata()?.len();
-        while at < len {
-            let n = ((len - at) as usize).min(ZERO_CHUNK);
-            f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
-            at += n as u64;
+    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).create(true).truncate(false);
+        let f = super::open_regular(&self.dir, crate::format::LOCK_FILE_NAME, &mut o, false)?;
+        match lock_patiently(&f, exclusive) {
+            Ok(()) => Ok(LockGuard::new(Box::new(f))),
+            Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{} is locked by another process", self.dir.display()),
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
-        Ok(())
-    }
-}
-
-impl FileStorage {
-    /// Creates `name` as `len` zero bytes, reserved with `fallocate` when `reserve` and the file
-    /// system supports it (written otherwise), then syncs it and the directory; on failure
-    /// nothing of it stays.
-    fn prepare(&self, name: &str, len: u64, reserve: bool) -> io::Result<()> {
-        let path = self.dir.join(name);
-        let r = (|| {
-            let f = OpenOptions::new().write(true).create_new(true).open(&path)?;
-            if !(reserve && reserve_blocks(&f, len)?) {
-                write_zeros(&f, len)?;
-            }
-            f.sync_data()?;
-            sync_dir(&self.dir)
-        })();
-        if r.is_err() {
-            let _ = std::fs::remove_file(&path);
-            let _ = File::open(&self.dir).and_then(|d| d.sync_all());
-        }
-        r
-    }
-}
-
-impl FileStorage {
-    /// [`Storage::recycle_file`].
-    fn recycle(&self, from: &str, name: &str, len: u64, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
-        let (src, dst) = (self.dir.join(from), self.dir.join(name));
-        let r = (|| {
-            let f = super::open_regular(&self.dir, from, OpenOptions::new().write(true), false)?;
-            let have = f.metadata()?.len();
-            if have != len {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{from} holds {have} bytes, a segment {len}"),
-                ));
-            }
-            for (at, bytes) in writes {
-                f.write_all_at(bytes, *at)?;
-            }
-            f.sync_data()?;
-            std::fs::rename(&src, &dst)?;
-            sync_dir(&self.dir)
-        })();
-        if r.is_err() {
-            let _ = std::fs::remove_file(&src);
-            let _ = std::fs::remove_file(&dst);
-            let _ = File::open(&self.dir).and_then(|d| d.sync_all());
-        }
-        r
     }
 }
 
@@ -235,25 +184,6 @@ pub fn lock_patiently(f: &File, exclusive: bool) -> Result<(), std::fs::TryLockE
     }
 }
 
-/// Writes zeros over bytes `0..len` of `f`.
-fn write_zeros(f: &File, len: u64) -> io::Result<()> {
-    let zeros = vec![0u8; ZERO_CHUNK];
-    let mut at = 0u64;
-    while at < len {
-        let n = ((len - at) as usize).min(ZERO_CHUNK);
-        f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
-        at += n as u64;
-    }
-    Ok(())
-}
-
-/// Reserves `len` bytes of blocks for `f` (its size becomes `len`; reads give zeros). Ok(false)
-/// when the file system cannot (the caller writes the zeros instead); a real error, such as no
-/// space, is returned as it is, so a full disk is found here and not at a later write.
-fn reserve_blocks(f: &File, len: u64) -> io::Result<bool> {
-    fallocate(f, Fallocate::Reserve, len)
-}
-
 #[derive(Clone, Copy)]
 enum Fallocate {
     Reserve,
@@ -309,7 +239,7 @@ pub fn written_end(_f: &File, len: u64) -> io::Result<u64> {
     Ok(len)
 }
 
-impl Storage for FileStorage {
+impl Reader for Files {
     fn list(&self) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
         for e in std::fs::read_dir(&self.dir)? {
@@ -322,31 +252,16 @@ impl Storage for FileStorage {
         Ok(names)
     }
 
-    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
-        let mut o = OpenOptions::new();
-        o.read(true).write(true);
-        if create_new {
-            o.create_new(true);
-        }
-        // Only a regular file (a FIFO named like a segment would block the first read).
-        let f = super::open_regular(&self.dir, name, &mut o, create_new)?;
-        let mut next = lock(&self.next_id);
-        let id = *next;
-        *next += 1;
-        lock(&self.files).insert(id, Arc::new(f));
-        Ok(id)
+    fn not_regular(&self, name: &str) -> io::Result<Option<&'static str>> {
+        not_regular_in(&self.dir, name)
+    }
+
+    fn open(&self, name: &str) -> io::Result<FileId> {
+        self.open_with(name, OpenOptions::new().read(true).write(true), false)
     }
 
     fn close(&self, file: FileId) {
         lock(&self.files).remove(&file);
-    }
-
-    fn remove(&self, name: &str) -> io::Result<()> {
-        std::fs::remove_file(self.dir.join(name))
-    }
-
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        std::fs::rename(self.dir.join(from), self.dir.join(to))
     }
 
     fn len(&self, file: FileId) -> io::Result<u64> {
@@ -355,15 +270,6 @@ impl Storage for FileStorage {
 
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         pread_full(&*self.file(file)?, offset, buf)
-    }
-
-    fn not_regular(&self, name: &str) -> io::Result<Option<&'static str>> {
-        not_regular_in(&self.dir, name)
-    }
-
-    fn written_end(&self, file: FileId) -> io::Result<u64> {
-        let f = self.file(file)?;
-        written_end(&f, f.metadata()?.len())
     }
 
     fn map(&self, file: FileId) -> io::Result<Mapping> {
@@ -380,64 +286,66 @@ impl Storage for FileStorage {
         Ok(Mapping::Mmap(m))
     }
 
-    fn submit(&self, sub: Submission) -> io::Result<()> {
-        if let (Some(syncer), Op::SyncData { file }) = (&self.syncer, &sub.op) {
-            let token = sub.token;
-            match self.file(*file) {
-                Ok(f) => {
-                    let ready = self.ready.clone();
-                    ready.start();
-                    let job = Box::new(move || {
-                        let result = f.sync_data().map(|()| 0);
-                        ready.finish(Completion { token, result, buf: None });
-                    });
-                    if syncer.run(job).is_err() {
-                        let gone = io::Error::other("the sync thread has stopped");
-                        self.ready.finish(Completion { token, result: Err(gone), buf: None });
-                    }
-                }
-                Err(e) => self.ready.push(Completion { token, result: Err(e), buf: None }),
-            }
-            return Ok(());
+    fn written_end(&self, file: FileId) -> io::Result<u64> {
+        let f = self.file(file)?;
+        written_end(&f, f.metadata()?.len())
+    }
+
+    fn lock_shared(&self) -> io::Result<LockGuard> {
+        self.lock(false)
+    }
+}
+
+impl Writer for Files {
+    fn create(&self, name: &str) -> io::Result<FileId> {
+        self.open_with(name, OpenOptions::new().read(true).write(true).create_new(true), true)
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        std::fs::remove_file(self.dir.join(name))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        std::fs::rename(self.dir.join(from), self.dir.join(to))
+    }
+
+    fn lock_exclusive(&self) -> io::Result<LockGuard> {
+        self.lock(true)
+    }
+
+    fn write_at(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<usize> {
+        self.file(file)?.write_at(data, offset)
+    }
+
+    fn sync_data(&self, file: FileId) -> io::Result<()> {
+        self.file(file)?.sync_data()
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        sync_dir(&self.dir)
+    }
+
+    fn zero_fill(&self, file: FileId, len: u64) -> io::Result<()> {
+        let f = self.file(file)?;
+        let zeros = vec![0u8; ZERO_CHUNK];
+        let mut at = f.metadata()?.len();
+        while at < len {
+            let n = ((len - at) as usize).min(ZERO_CHUNK);
+            f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
+            at += n as u64;
         }
-        let (result, buf) = self.run(sub.op);
-        self.ready.push(Completion { token: sub.token, result, buf });
         Ok(())
     }
 
-    fn reap(&self, out: &mut Vec<Completion>, wait: bool) -> io::Result<()> {
-        self.ready.reap(out, wait)
+    fn reserve(&self, file: FileId, len: u64) -> io::Result<bool> {
+        fallocate(&*self.file(file)?, Fallocate::Reserve, len)
     }
+}
 
-    fn wait(&self, bell: &Arc<Bell>, timeout: Option<std::time::Duration>) -> io::Result<()> {
-        self.ready.wait(bell, timeout);
-        Ok(())
-    }
-
-    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
-        self.prepare(name, len, false)
-    }
-
-    fn prepare_file_reserved(&self, name: &str, len: u64) -> io::Result<()> {
-        self.prepare(name, len, true)
-    }
-
-    fn recycle_file(&self, from: &str, name: &str, len: u64, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
-        self.recycle(from, name, len, writes)
-    }
-
-    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
-        let mut o = OpenOptions::new();
-        o.read(true).write(true).create(true).truncate(false);
-        let f = super::open_regular(&self.dir, crate::format::LOCK_FILE_NAME, &mut o, false)?;
-        match lock_patiently(&f, exclusive) {
-            Ok(()) => Ok(LockGuard::new(Box::new(f))),
-            Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("{} is locked by another process", self.dir.display()),
-            )),
-            Err(std::fs::TryLockError::Error(e)) => Err(e),
-        }
+impl Blocking for Files {
+    fn sync_job(&self, file: FileId) -> io::Result<Box<dyn FnOnce() -> io::Result<()> + Send>> {
+        let f = self.file(file)?;
+        Ok(Box::new(move || f.sync_data()))
     }
 }
 

@@ -66,7 +66,7 @@ pub fn not_regular(path: &Path) -> io::Result<Option<&'static str>> {
     Ok(Some(type_word(t)))
 }
 
-/// [`crate::storage::Storage::not_regular`] for the files of directory `dir`: `None` also
+/// [`crate::storage::Reader::not_regular`] for the files of directory `dir`: `None` also
 /// when `name` does not exist.
 pub fn not_regular_in(dir: &Path, name: &str) -> io::Result<Option<&'static str>> {
     match not_regular(&dir.join(name)) {

@@ -1,15 +1,18 @@
-//! [`forward_storage!`](crate::forward_storage): the methods of a [`Storage`](super::Storage)
-//! that wraps another and passes them through unchanged.
+//! [`forward_storage!`](crate::forward_storage): the methods of a storage seam trait
+//! ([`Reader`](super::Reader), [`Writer`](super::Writer), [`Completions`](super::Completions))
+//! that a wrapper passes through to what it wraps, unchanged.
 
-/// Implements the listed `Storage` methods, inside an `impl Storage`
-/// block, by calling the same method on `self.<field>`. For a backend that wraps another and
-/// changes only part of its behaviour: the io_uring backend runs writes and syncs itself and
-/// passes the rest to the file backend; test and benchmark wrappers count, record or replace
-/// one or two calls. A method not listed keeps the trait's default or is written out beside.
+/// Implements the listed seam methods, inside an `impl Reader`, `impl Writer` or
+/// `impl Completions` block, by calling the same method on `self.<field>`. For a backend that
+/// wraps another and changes only part of its behaviour: the synchronous driver passes the
+/// reads and directory operations to its blocking backend; the io_uring backend runs writes and
+/// syncs itself and passes the rest to the files; test and benchmark wrappers count, record or
+/// replace one or two calls. A method not listed keeps the trait's default or is written out
+/// beside.
 ///
 /// ```ignore
-/// impl Storage for Counting {
-///     wal::forward_storage!(inner: list, open, close, remove, rename, len, read_at, submit, reap, lock, prepare_file);
+/// impl Reader for Counting {
+///     wal::forward_storage!(inner: list, open, close, len, read_at, lock_shared);
 ///     fn map(&self, file: FileId) -> io::Result<Mapping> {
 ///         self.maps.fetch_add(1, Ordering::Relaxed);
 ///         self.inner.map(file)
@@ -27,8 +30,13 @@ macro_rules! forward_storage {
         }
     };
     (@one $f:ident open) => {
-        fn open(&self, name: &str, create_new: bool) -> ::std::io::Result<$crate::storage::FileId> {
-            self.$f.open(name, create_new)
+        fn open(&self, name: &str) -> ::std::io::Result<$crate::storage::FileId> {
+            self.$f.open(name)
+        }
+    };
+    (@one $f:ident create) => {
+        fn create(&self, name: &str) -> ::std::io::Result<$crate::storage::FileId> {
+            self.$f.create(name)
         }
     };
     (@one $f:ident close) => {
@@ -90,30 +98,39 @@ macro_rules! forward_storage {
             self.$f.reap(out, wait)
         }
     };
-    (@one $f:ident lock) => {
-        fn lock(&self, exclusive: bool) -> ::std::io::Result<$crate::storage::LockGuard> {
-            self.$f.lock(exclusive)
+    (@one $f:ident lock_shared) => {
+        fn lock_shared(&self) -> ::std::io::Result<$crate::storage::LockGuard> {
+            self.$f.lock_shared()
         }
     };
-    (@one $f:ident prepare_file) => {
-        fn prepare_file(&self, name: &str, len: u64) -> ::std::io::Result<()> {
-            self.$f.prepare_file(name, len)
+    (@one $f:ident lock_exclusive) => {
+        fn lock_exclusive(&self) -> ::std::io::Result<$crate::storage::LockGuard> {
+            self.$f.lock_exclusive()
         }
     };
-    (@one $f:ident prepare_file_reserved) => {
-        fn prepare_file_reserved(&self, name: &str, len: u64) -> ::std::io::Result<()> {
-            self.$f.prepare_file_reserved(name, len)
+    (@one $f:ident write_at) => {
+        fn write_at(&self, file: $crate::storage::FileId, offset: u64, data: &[u8]) -> ::std::io::Result<usize> {
+            self.$f.write_at(file, offset, data)
         }
     };
-    (@one $f:ident recycle_file) => {
-        fn recycle_file(
-            &self,
-            from: &str,
-            name: &str,
-            len: u64,
-            writes: &[(u64, Vec<u8>)],
-        ) -> ::std::io::Result<()> {
-            self.$f.recycle_file(from, name, len, writes)
+    (@one $f:ident sync_data) => {
+        fn sync_data(&self, file: $crate::storage::FileId) -> ::std::io::Result<()> {
+            self.$f.sync_data(file)
+        }
+    };
+    (@one $f:ident sync_dir) => {
+        fn sync_dir(&self) -> ::std::io::Result<()> {
+            self.$f.sync_dir()
+        }
+    };
+    (@one $f:ident zero_fill) => {
+        fn zero_fill(&self, file: $crate::storage::FileId, len: u64) -> ::std::io::Result<()> {
+            self.$f.zero_fill(file, len)
+        }
+    };
+    (@one $f:ident reserve) => {
+        fn reserve(&self, file: $crate::storage::FileId, len: u64) -> ::std::io::Result<bool> {
+            self.$f.reserve(file, len)
         }
     };
     (@one $f:ident concurrent_wait) => {

@@ -20,7 +20,7 @@
 //!   I/O thread wakes for whichever comes first without spinning. The poll holds no buffer, so
 //!   nothing the kernel may still touch outlives the ring.
 
-use super::{Bell, Completion, FileId, FileStorage, Op, Storage, Submission};
+use super::{Bell, Completion, Completions, FileId, Files, Op, Reader, Submission, Writer};
 use io_uring::{opcode, types, IoUring};
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -78,7 +78,7 @@ struct Inject {
 
 /// Log storage whose fdatasyncs (and, unless written inline, writes) go through io_uring.
 pub struct UringStorage {
-    files: FileStorage,
+    files: Files,
     ring: Mutex<Ring>,
     /// Operations that went through the ring (for tests and metrics).
     ring_ops: AtomicU64,
@@ -102,7 +102,7 @@ impl UringStorage {
     fn with_ring_entries(dir: impl AsRef<Path>, create: bool, entries: u32) -> io::Result<Self> {
         let ring = IoUring::new(entries)?;
         Ok(UringStorage {
-            files: FileStorage::new(dir, create)?,
+            files: Files::new(dir, create)?,
             ring: Mutex::new(Ring {
                 ring,
                 inflight: HashMap::new(),
@@ -332,23 +332,35 @@ const fn libc_etime() -> i32 {
     62
 }
 
-impl Storage for UringStorage {
-    // Everything but writes and syncs is the file backend's. `close` too: an operation in
-    // flight holds its own handle to the file.
-    crate::forward_storage!(files: list, open, close, remove, rename, len, not_regular, read_at, map, written_end, lock, prepare_file, prepare_file_reserved, recycle_file);
+// Everything but writes and syncs is the files'. `close` too: an operation in flight holds its
+// own handle to the file.
+impl Reader for UringStorage {
+    crate::forward_storage!(files: list, not_regular, open, close, len, read_at, map, written_end, scan_window, lock_shared);
+}
 
+impl Writer for UringStorage {
+    crate::forward_storage!(files: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve);
+}
+
+impl Completions for UringStorage {
     fn submit(&self, sub: Submission) -> io::Result<()> {
         let kind = match sub.op {
             Op::Write { file, offset, data } if !self.inline_writes => (file, Kind::Write { offset, data }),
             Op::SyncData { file } => (file, Kind::SyncData),
             other => {
                 // Zero-fill and directory sync are not on the append path (nor, with inline
-                // writes, writes): the file backend runs them, and their completions join the
+                // writes, writes): they run here, on the files, and their completions join the
                 // ring's.
-                self.files.submit(Submission { token: sub.token, op: other })?;
-                let mut out = Vec::new();
-                self.files.reap(&mut out, true)?;
-                self.ring().done.extend(out);
+                let f = &self.files;
+                let (result, buf) = match other {
+                    Op::Write { file, offset, data } => {
+                        (f.write_at(file, offset, &data).map(|n| n as u64), Some(data))
+                    }
+                    Op::SyncData { file } => (f.sync_data(file).map(|()| 0), None),
+                    Op::SyncDir => (f.sync_dir().map(|()| 0), None),
+                    Op::ZeroFill { file, len } => (f.zero_fill(file, len).map(|()| 0), None),
+                };
+                self.ring().done.push_back(Completion { token: sub.token, result, buf });
                 return Ok(());
             }
         };
@@ -423,7 +435,7 @@ mod tests {
     fn storage(entries: u32) -> (tempfile::TempDir, UringStorage, FileId) {
         let d = tempfile::tempdir().unwrap();
         let st = UringStorage::with_ring_entries(d.path(), true, entries).unwrap();
-        let f = st.open("f", true).unwrap();
+        let f = st.create("f").unwrap();
         (d, st, f)
     }
 

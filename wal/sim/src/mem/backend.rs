@@ -1,74 +1,26 @@
-//! [`MemStorage`] as a [`Storage`] backend: names, opening, reads and maps, submissions and
-//! their completions, waiting, preparing and recycling files, locks.
+//! [`MemStorage`] as a storage backend, all three sides of the seam: names, opening, reads and
+//! maps ([`Reader`]); creating, removing, renaming, locks and the blocking writes and syncs that
+//! preparing and recycling files make ([`Writer`]); submissions, their completions and waiting
+//! ([`Completions`]).
 
 use super::{lock, Boundary, Call, MemLock, MemStorage, Node};
 use std::io;
 use std::sync::Arc;
-use wal::storage::{Bell, Completion, FileId, LockGuard, Mapping, Op, Storage, Submission};
+use wal::storage::{
+    Bell, Completion, Completions, FileId, LockGuard, Mapping, Op, Reader, Submission, Writer,
+};
 
-impl Storage for MemStorage {
+impl Reader for MemStorage {
     fn list(&self) -> io::Result<Vec<String>> {
         Ok(lock(&self.inner.state).live_names.keys().cloned().collect())
     }
 
-    fn open(&self, name: &str, create_new: bool) -> io::Result<FileId> {
-        if create_new {
-            if let Some(e) = self.faults().call(Call::Create) {
-                return Err(e);
-            }
-        }
-        let mut st = lock(&self.inner.state);
-        let node = match (st.live_names.get(name).copied(), create_new) {
-            (Some(_), true) => return Err(io::Error::from(io::ErrorKind::AlreadyExists)),
-            (Some(n), false) => n,
-            (None, false) => return Err(io::Error::from(io::ErrorKind::NotFound)),
-            (None, true) => {
-                let n = st.next_node;
-                st.next_node += 1;
-                st.nodes.insert(n, Node::default());
-                st.live_names.insert(name.to_string(), n);
-                st.names_dirty = true;
-                n
-            }
-        };
-        drop(st);
-        if create_new {
-            self.observe_op(Boundary::Create);
-        }
-        let mut h = lock(&self.inner.next_handle);
-        let id = *h;
-        *h += 1;
-        lock(&self.inner.handles).insert(id, node);
-        Ok(id)
+    fn open(&self, name: &str) -> io::Result<FileId> {
+        self.open_node(name, false)
     }
 
     fn close(&self, file: FileId) {
         lock(&self.inner.handles).remove(&file);
-    }
-
-    fn remove(&self, name: &str) -> io::Result<()> {
-        if let Some(e) = self.faults().call(Call::Remove) {
-            return Err(e);
-        }
-        let mut st = lock(&self.inner.state);
-        st.live_names.remove(name).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        st.names_dirty = true;
-        drop(st);
-        self.observe_op(Boundary::Remove);
-        Ok(())
-    }
-
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        if let Some(e) = self.faults().call(Call::Rename) {
-            return Err(e);
-        }
-        let mut st = lock(&self.inner.state);
-        let n = st.live_names.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        st.live_names.insert(to.to_string(), n);
-        st.names_dirty = true;
-        drop(st);
-        self.observe_op(Boundary::Rename);
-        Ok(())
     }
 
     fn len(&self, file: FileId) -> io::Result<u64> {
@@ -112,6 +64,66 @@ impl Storage for MemStorage {
         Ok(Mapping::Bytes(Arc::from(live)))
     }
 
+    fn lock_shared(&self) -> io::Result<LockGuard> {
+        self.take_lock(false)
+    }
+}
+
+impl Writer for MemStorage {
+    fn create(&self, name: &str) -> io::Result<FileId> {
+        if let Some(e) = self.faults().call(Call::Create) {
+            return Err(e);
+        }
+        self.open_node(name, true)
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        if let Some(e) = self.faults().call(Call::Remove) {
+            return Err(e);
+        }
+        let mut st = lock(&self.inner.state);
+        st.live_names.remove(name).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        st.names_dirty = true;
+        drop(st);
+        self.observe_op(Boundary::Remove);
+        Ok(())
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        if let Some(e) = self.faults().call(Call::Rename) {
+            return Err(e);
+        }
+        let mut st = lock(&self.inner.state);
+        let n = st.live_names.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        st.live_names.insert(to.to_string(), n);
+        st.names_dirty = true;
+        drop(st);
+        self.observe_op(Boundary::Rename);
+        Ok(())
+    }
+
+    fn lock_exclusive(&self) -> io::Result<LockGuard> {
+        self.take_lock(true)
+    }
+
+    fn write_at(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<usize> {
+        self.run_write(file, offset, data).map(|n| n as usize)
+    }
+
+    fn sync_data(&self, file: FileId) -> io::Result<()> {
+        self.run_sync_data(file).map(|_| ())
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        self.run_sync_dir().map(|_| ())
+    }
+
+    fn zero_fill(&self, file: FileId, len: u64) -> io::Result<()> {
+        self.run_zero_fill(file, len).map(|_| ())
+    }
+}
+
+impl Completions for MemStorage {
     fn submit(&self, sub: Submission) -> io::Result<()> {
         self.track(sub.token, &sub.op);
         let defer = self.faults().defer;
@@ -126,7 +138,7 @@ impl Storage for MemStorage {
                 ready.start();
                 let job = Box::new(move || {
                     me.inner.gate.pass();
-                    let result = me.sync_data(file);
+                    let result = me.run_sync_data(file);
                     ready.finish(Completion { token, result, buf: None });
                 });
                 if t.run(job).is_err() {
@@ -171,40 +183,37 @@ impl Storage for MemStorage {
         self.inner.ready.wait(bell, timeout);
         Ok(())
     }
+}
 
-    fn prepare_file(&self, name: &str, len: u64) -> io::Result<()> {
-        let f = self.open(name, true)?;
-        let r = self.zero_fill(f, len).and_then(|_| self.sync_data(f));
-        self.close(f);
-        let r = r.and_then(|_| self.sync_dir().map(|_| ()));
-        if r.is_err() {
-            let _ = self.remove(name);
-            self.sync_names();
-        }
-        r
-    }
-
-    fn recycle_file(&self, from: &str, name: &str, len: u64, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
-        let f = self.open(from, false)?;
-        let r = (|| {
-            let have = self.len(f)?;
-            if have != len {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{from}: {have} bytes")));
+impl MemStorage {
+    /// Opens `name`, creating it (it must not exist) with `create_new`, and gives it a handle.
+    fn open_node(&self, name: &str, create_new: bool) -> io::Result<FileId> {
+        let mut st = lock(&self.inner.state);
+        let node = match (st.live_names.get(name).copied(), create_new) {
+            (Some(_), true) => return Err(io::Error::from(io::ErrorKind::AlreadyExists)),
+            (Some(n), false) => n,
+            (None, false) => return Err(io::Error::from(io::ErrorKind::NotFound)),
+            (None, true) => {
+                let n = st.next_node;
+                st.next_node += 1;
+                st.nodes.insert(n, Node::default());
+                st.live_names.insert(name.to_string(), n);
+                st.names_dirty = true;
+                n
             }
-            self.overwrite(f, writes)?;
-            self.sync_data(f)
-        })();
-        self.close(f);
-        let r = r.and_then(|_| self.rename(from, name)).and_then(|()| self.sync_dir().map(|_| ()));
-        if r.is_err() {
-            let _ = self.remove(from);
-            let _ = self.remove(name);
-            self.sync_names();
+        };
+        drop(st);
+        if create_new {
+            self.observe_op(Boundary::Create);
         }
-        r
+        let mut h = lock(&self.inner.next_handle);
+        let id = *h;
+        *h += 1;
+        lock(&self.inner.handles).insert(id, node);
+        Ok(id)
     }
 
-    fn lock(&self, exclusive: bool) -> io::Result<LockGuard> {
+    fn take_lock(&self, exclusive: bool) -> io::Result<LockGuard> {
         let mut l = lock(&self.inner.locks);
         let ok = if exclusive { !l.0 && l.1 == 0 } else { !l.0 };
         if !ok {

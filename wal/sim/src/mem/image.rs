@@ -49,8 +49,6 @@ pub enum Boundary {
     SyncDir,
     Write,
     ZeroFill,
-    /// A set-aside file overwritten with zeros, before its rename ([`Storage::recycle_file`](wal::storage::Storage::recycle_file)).
-    Recycle,
     Create,
     Rename,
     Remove,

@@ -10,8 +10,9 @@
 //!   or garbage ([`SectorFate`]). Nothing is ever synced by close.
 //!
 //! Operations run when submitted, unless [`Faults::defer`] holds writes and syncs back until a
-//! reap that waits, or a [`Storage::wait`] (then, with [`Faults::reorder`], they run and complete
-//! in the reverse order: a write submitted after a sync lands before it), or a sync thread
+//! reap that waits, or a [`Completions::wait`](wal::storage::Completions::wait) (then, with
+//! [`Faults::reorder`], they run and complete in the reverse order: a write submitted after a
+//! sync lands before it), or a sync thread
 //! ([`MemStorage::set_sync_thread`]) runs the syncs. It also checks the discipline the log must
 //! keep with syncs in flight: it counts syncs submitted while a write to the same file was
 //! still unreaped, and a second sync submitted while one was in flight on the same file.
@@ -30,7 +31,7 @@
 //! One part per file: this one holds [`MemStorage`] itself, its shared state and the operations
 //! as they take effect (writes, syncs, zero-fills, held-back and held syncs, the observer);
 //! `image.rs` the state and the crash images, `faults.rs` the faults, `backend.rs` the
-//! [`Storage`] methods, `rng.rs` the seeded generator behind every choice (also the one the
+//! storage seam methods, `rng.rs` the seeded generator behind every choice (also the one the
 //! workspace's tests, fixtures and workloads draw from).
 
 mod backend;
@@ -44,7 +45,7 @@ use image::Node;
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
-use wal::storage::{Completion, FileId, Op, Ready, Storage, Submission, SyncThread};
+use wal::storage::{Completion, FileId, Op, Reader, Ready, Submission, SyncThread};
 
 const SECTOR: u64 = wal::format::SECTOR as u64;
 
@@ -284,10 +285,10 @@ impl MemStorage {
     /// Runs one operation now.
     fn execute(&self, op: Op) -> (io::Result<u64>, Option<Vec<u8>>) {
         match op {
-            Op::Write { file, offset, data } => (self.write(file, offset, &data), Some(data)),
-            Op::SyncData { file } => (self.sync_data(file), None),
-            Op::SyncDir => (self.sync_dir(), None),
-            Op::ZeroFill { file, len } => (self.zero_fill(file, len), None),
+            Op::Write { file, offset, data } => (self.run_write(file, offset, &data), Some(data)),
+            Op::SyncData { file } => (self.run_sync_data(file), None),
+            Op::SyncDir => (self.run_sync_dir(), None),
+            Op::ZeroFill { file, len } => (self.run_zero_fill(file, len), None),
         }
     }
 
@@ -369,7 +370,7 @@ impl MemStorage {
         st.nodes.values().map(|n| n.live.len() as u64).sum()
     }
 
-    fn write(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<u64> {
+    fn run_write(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<u64> {
         let node = self.node(file)?;
         let mut n = data.len() as u64;
         {
@@ -429,7 +430,7 @@ impl MemStorage {
         Ok(n)
     }
 
-    fn sync_data(&self, file: FileId) -> io::Result<u64> {
+    fn run_sync_data(&self, file: FileId) -> io::Result<u64> {
         let node = self.node(file)?;
         self.observe_sync(Boundary::SyncData);
         let fail = {
@@ -459,7 +460,7 @@ impl MemStorage {
         Ok(0)
     }
 
-    fn sync_dir(&self) -> io::Result<u64> {
+    fn run_sync_dir(&self) -> io::Result<u64> {
         self.observe_sync(Boundary::SyncDir);
         if let Some(e) = self.faults().call(Call::SyncDir) {
             // Like a failed fdatasync: nothing is made durable, and nothing says what is.
@@ -475,7 +476,7 @@ impl MemStorage {
         st.names_dirty = false;
     }
 
-    fn zero_fill(&self, file: FileId, len: u64) -> io::Result<u64> {
+    fn run_zero_fill(&self, file: FileId, len: u64) -> io::Result<u64> {
         if let Some(e) = self.faults().call(Call::ZeroFill) {
             return Err(e);
         }
@@ -498,30 +499,5 @@ impl MemStorage {
             self.observe_op(Boundary::ZeroFill);
         }
         Ok(0)
-    }
-}
-
-impl MemStorage {
-    /// Makes a recycling's `writes` in `file` (unsynced, so a crash keeps each sector old or
-    /// new), observed once at their end.
-    fn overwrite(&self, file: FileId, writes: &[(u64, Vec<u8>)]) -> io::Result<()> {
-        if let Some(e) = self.faults().call(Call::ZeroFill) {
-            return Err(e);
-        }
-        let node = self.node(file)?;
-        let mut st = lock(&self.inner.state);
-        let nd = st.nodes.get_mut(&node).ok_or_else(|| io::Error::other("missing node"))?;
-        for (at, bytes) in writes {
-            let (a, b) = (*at as usize, *at as usize + bytes.len());
-            let dst =
-                nd.live.get_mut(a..b).ok_or_else(|| io::Error::other("a recycling write past the end"))?;
-            dst.copy_from_slice(bytes);
-            for s in *at / SECTOR..(b as u64).div_ceil(SECTOR) {
-                nd.dirty.insert(s);
-            }
-        }
-        drop(st);
-        self.observe_op(Boundary::Recycle);
-        Ok(())
     }
 }

@@ -38,13 +38,13 @@ impl CrashChecker {
                 md.phase,
                 "append" | "batch" | "flush" | "sync" | "checkpoint" | "truncate" | "epoch"
             );
-        // Making a set-aside file a segment: its zeros, and its rename outside a purge or close.
-        let recycle = cp.at == Boundary::Recycle
-            || (cp.at == Boundary::Rename
-                && matches!(
-                    md.phase,
-                    "append" | "batch" | "flush" | "sync" | "checkpoint" | "truncate" | "epoch"
-                ));
+        // Making a set-aside file a segment: its rename outside a purge or close (its writes are
+        // writes, counted in the phase they happen in).
+        let recycle = cp.at == Boundary::Rename
+            && matches!(
+                md.phase,
+                "append" | "batch" | "flush" | "sync" | "checkpoint" | "truncate" | "epoch"
+            );
         let phase = if recycle {
             "recycle"
         } else if rotation {
