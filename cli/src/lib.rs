@@ -29,7 +29,7 @@ use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use verifier::compare::compare_replicas;
-use verifier::report::{describe, no_log_text, DamageJson, NoLog, EXIT_IO_ERROR};
+use verifier::report::{describe, no_log_text, NoLog, EXIT_IO_ERROR};
 use verifier::state::{verify_with_state, StateMachineSpec, StateOptions};
 use verifier::{Progress, VerifyOptions};
 use wal::format::Kind;
@@ -464,8 +464,8 @@ struct StatJson<'a> {
     state: &'static str,
     exit_code: i32,
     live: bool,
-    damage: Option<DamageJson>,
-    live_tail: Option<DamageJson>,
+    damage: Option<&'a wal::Damage>,
+    live_tail: Option<&'a wal::Damage>,
     io_error: Option<&'a str>,
     no_log: Option<&'static str>,
 }

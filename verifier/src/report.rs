@@ -149,8 +149,8 @@ impl Report {
             state: self.state_word(),
             exit_code: self.exit_code(),
             live: self.live,
-            damage: self.damage.as_ref().map(DamageJson::from),
-            live_tail: self.live_tail.as_ref().map(DamageJson::from),
+            damage: self.damage.as_ref(),
+            live_tail: self.live_tail.as_ref(),
             io_error: self.io_error.as_deref(),
             no_log: self.no_log.map(no_log_text),
             state_detail: self.state.as_ref().map(|s| s.json_view()),
@@ -284,8 +284,9 @@ pub struct ReportJson<'a> {
     pub state: &'static str,
     pub exit_code: i32,
     pub live: bool,
-    pub damage: Option<DamageJson>,
-    pub live_tail: Option<DamageJson>,
+    /// The verdict and the kind as words, and where (wal-format's `serde` feature).
+    pub damage: Option<&'a Damage>,
+    pub live_tail: Option<&'a Damage>,
     pub io_error: Option<&'a str>,
     pub no_log: Option<&'static str>,
     pub state_detail: Option<crate::state::StateJson<'a>>,
@@ -298,34 +299,6 @@ pub struct ReportJson<'a> {
 pub struct SpareJson {
     pub segment: u64,
     pub bytes: u64,
-}
-
-/// The JSON of a [`Damage`]: the verdict and the kind as words, and where.
-#[derive(Clone, Debug, Serialize)]
-pub struct DamageJson {
-    pub verdict: &'static str,
-    pub kind: String,
-    pub segment: u64,
-    pub offset: u64,
-    pub lsn: u64,
-    pub seq: u64,
-    pub batch_start: u64,
-    pub batch_lsn: u64,
-}
-
-impl From<&Damage> for DamageJson {
-    fn from(d: &Damage) -> DamageJson {
-        DamageJson {
-            verdict: d.verdict.as_str(),
-            kind: d.kind.to_string(),
-            segment: d.segment,
-            offset: d.offset,
-            lsn: d.lsn,
-            seq: d.seq,
-            batch_start: d.batch_start,
-            batch_lsn: d.batch_lsn,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -22,10 +22,16 @@ pub enum Error {
         /// What the log was doing when the space ran out.
         context: String,
     },
-    /// A previous write or sync failed; the log accepts nothing until it is reopened.
-    #[error("log is fenced after a failed write or sync ({cause}); reopen it")]
+    /// The log, or the pipeline over it, is fenced: it accepts nothing until the log is
+    /// reopened. Not a rejection ([`Error::is_rejected`] is false): keep what was refused (a
+    /// fact, say) and resubmit it after the reopen, which tells what the log holds.
+    #[error("fenced ({cause}); nothing is accepted until the log is reopened")]
     Fenced {
-        /// The failure that fenced the log.
+        /// Why: most often a failed write or sync (docs/invariants.md I6), but also a close or
+        /// an abandon, an I/O or apply thread that stopped or panicked, a broken internal
+        /// promise, entries lost to a full disk, or, in a pipeline, a state that diverged from
+        /// what the log recorded, or a hook, a callback or the state machine that panicked or
+        /// failed on a logged entry.
         cause: String,
     },
     /// The log is damaged in a way the recovery mode does not repair.

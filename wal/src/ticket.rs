@@ -49,6 +49,18 @@ pub enum Failure {
 /// apply thread; never the writer's I/O thread).
 pub(crate) type Callback<T> = Box<dyn FnOnce(&Result<T, Failure>) + Send>;
 
+/// What [`Inner::settle`] did with a last word.
+pub(crate) enum Settlement<T> {
+    /// The acknowledgement already had its last word: this one was ignored (the first one is
+    /// the truth).
+    AlreadySettled,
+    /// This was the last word, and no callback was given for it.
+    Settled,
+    /// This was the last word, and the callback given for it is handed back for the resolver
+    /// to run outside the lock.
+    SettledWithCallback(Callback<T>),
+}
+
 struct State<T> {
     /// The first word: written (a `Written` entry) or final.
     outcome: Option<Result<T, Failure>>,
@@ -176,14 +188,14 @@ impl<T: Clone> Inner<T> {
     }
 
     /// The last word (durable or failed, or applied), which is also the outcome if there was
-    /// none; a second last word is ignored (`None`: the first one is the truth). Otherwise
-    /// returns the callback given for it, if any, for the caller to run outside the lock: only
-    /// a resolver that may run user code calls this with one registered.
-    pub(crate) fn settle(&self, outcome: &Result<T, Failure>) -> Option<Option<Callback<T>>> {
+    /// none; a second last word is ignored ([`Settlement::AlreadySettled`]: the first one is
+    /// the truth). Otherwise hands back the callback given for it, if any, for the caller to run
+    /// outside the lock: only a resolver that may run user code calls this with one registered.
+    pub(crate) fn settle(&self, outcome: &Result<T, Failure>) -> Settlement<T> {
         let (wakers, blocked, callback) = {
             let mut st = self.lock();
             if st.last.is_some() {
-                return None;
+                return Settlement::AlreadySettled;
             }
             st.last = Some(outcome.clone());
             if st.outcome.is_none() {
@@ -197,7 +209,10 @@ impl<T: Clone> Inner<T> {
         for w in wakers.into_iter().flatten() {
             w.wake();
         }
-        Some(callback)
+        match callback {
+            Some(cb) => Settlement::SettledWithCallback(cb),
+            None => Settlement::Settled,
+        }
     }
 
     /// Runs `f` with the last word once it is given, on the resolving thread (at once, on this
@@ -237,9 +252,12 @@ impl Inner<Lsn> {
     /// second last word is ignored (the first one is the truth). Runs no callback: a ticket
     /// cannot be given one, and the I/O thread runs no user code.
     pub(crate) fn resolve(&self, outcome: Result<Lsn, Failure>) {
-        if let Some(callback) = self.settle(&outcome) {
-            debug_assert!(callback.is_none(), "a ticket was given a callback");
-            self.send(outcome, Stage::Final);
+        match self.settle(&outcome) {
+            Settlement::AlreadySettled => {}
+            settled => {
+                debug_assert!(matches!(settled, Settlement::Settled), "a ticket was given a callback");
+                self.send(outcome, Stage::Final);
+            }
         }
     }
 
@@ -485,7 +503,7 @@ mod loom_tests {
             let inner = a.inner.clone();
             let h = loom::thread::spawn(move || {
                 let outcome = Ok(2);
-                if let Some(Some(cb)) = inner.settle(&outcome) {
+                if let Settlement::SettledWithCallback(cb) = inner.settle(&outcome) {
                     cb(&outcome);
                 }
             });

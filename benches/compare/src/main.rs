@@ -252,7 +252,7 @@ struct Filler {
 impl Filler {
     fn new(len: usize) -> Filler {
         // xorshift64: the filler every published run wrote.
-        let mut rng = wal_sim::Rng::xorshift64(0x9e37_79b9_7f4a_7c15);
+        let mut rng = wal_rng::Rng::xorshift64(0x9e37_79b9_7f4a_7c15);
         let bytes = (0..len).map(|_| rng.next_u64() as u8).collect();
         Filler { bytes }
     }

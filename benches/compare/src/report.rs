@@ -4,7 +4,8 @@
 
 use crate::engines::{Practice, Res};
 use crate::{Cfg, Probe, Sample, KEPT, WORKLOADS};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -50,60 +51,115 @@ pub fn progress(s: Option<&Sample>) {
     );
 }
 
+/// One sample's line of the `--json` file. Written through a `serde_json::Value`, whose keys
+/// are sorted (serde_json without `preserve_order`): the order every results file has.
+#[derive(Serialize)]
+struct SampleJson<'a> {
+    kind: &'static str,
+    engine: &'a str,
+    workload: &'a str,
+    practice: &'static str,
+    round: usize,
+    slot: usize,
+    kept: bool,
+    ops_per_s: f64,
+    mib_per_s: f64,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    p999_us: Option<f64>,
+    secs: f64,
+    entries: u64,
+    bytes: u64,
+    cpu_s: f64,
+    open_s: Option<f64>,
+    cold: Option<bool>,
+    probe_syncs_per_s: f64,
+    /// The window in flight, for the workloads that keep one.
+    window: Option<usize>,
+    first_secs: Option<f64>,
+    quick: bool,
+    started_unix: u64,
+    unix: u64,
+    load1: f64,
+    machine: &'a str,
+}
+
+/// One probe's line of the `--json` file, keyed like a sample's where they mean the same.
+#[derive(Serialize)]
+struct ProbeJson<'a> {
+    kind: &'static str,
+    engine: &'static str,
+    workload: &'static str,
+    round: usize,
+    before_workload: &'a str,
+    practice: &'static str,
+    before: &'a str,
+    kept: bool,
+    ops_per_s: f64,
+    mib_per_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+    started_unix: u64,
+    unix: u64,
+}
+
+/// A view as one JSON line, its keys sorted.
+fn json_line(view: &impl Serialize) -> String {
+    serde_json::to_value(view).expect("a JSON line serializes").to_string()
+}
+
 pub fn sample_json(s: &Sample, cfg: &Cfg, (started, now): (u64, u64), load1: f64, machine: &str) -> String {
-    json!({
-        "kind": "sample",
-        "engine": s.engine,
-        "workload": s.workload,
-        "practice": s.practice.id(),
-        "round": s.round,
-        "slot": s.slot,
-        "kept": s.kept,
-        "ops_per_s": s.ops_per_s,
-        "mib_per_s": s.mib_per_s,
-        "p50_us": s.p50_us,
-        "p99_us": s.p99_us,
-        "p999_us": s.p999_us,
-        "secs": s.secs,
-        "entries": s.entries,
-        "bytes": s.bytes,
-        "cpu_s": s.cpu_s,
-        "open_s": s.open_s,
-        "cold": s.cold,
-        "probe_syncs_per_s": s.probe,
-        "window": match s.workload.as_str() {
+    json_line(&SampleJson {
+        kind: "sample",
+        engine: &s.engine,
+        workload: &s.workload,
+        practice: s.practice.id(),
+        round: s.round,
+        slot: s.slot,
+        kept: s.kept,
+        ops_per_s: s.ops_per_s,
+        mib_per_s: s.mib_per_s,
+        p50_us: s.p50_us,
+        p99_us: s.p99_us,
+        p999_us: s.p999_us,
+        secs: s.secs,
+        entries: s.entries,
+        bytes: s.bytes,
+        cpu_s: s.cpu_s,
+        open_s: s.open_s,
+        cold: s.cold,
+        probe_syncs_per_s: s.probe,
+        window: match s.workload.as_str() {
             "pipelined" => Some(cfg.window),
             "pipelined-1m" if s.engine == "wal" => Some(cfg.window_1m),
             _ => None,
         },
-        "first_secs": (s.workload == "first-minute").then_some(cfg.first_secs),
-        "quick": cfg.quick,
-        "started_unix": started,
-        "unix": now,
-        "load1": load1,
-        "machine": machine,
+        first_secs: (s.workload == "first-minute").then_some(cfg.first_secs),
+        quick: cfg.quick,
+        started_unix: started,
+        unix: now,
+        load1,
+        machine,
     })
-    .to_string()
 }
 
 pub fn probe_json(p: &Probe, started: u64, now: u64) -> String {
-    json!({
-        "kind": "probe",
-        "engine": "probe",
-        "workload": "probe",
-        "round": p.round,
-        "before_workload": p.workload,
-        "practice": p.practice.id(),
-        "before": p.before,
-        "kept": p.kept,
-        "ops_per_s": p.syncs_per_s,
-        "mib_per_s": p.syncs_per_s * 4096.0 / (1 << 20) as f64,
-        "p50_us": p.p50_us,
-        "p99_us": p.p99_us,
-        "started_unix": started,
-        "unix": now,
+    json_line(&ProbeJson {
+        kind: "probe",
+        engine: "probe",
+        workload: "probe",
+        round: p.round,
+        before_workload: &p.workload,
+        practice: p.practice.id(),
+        before: &p.before,
+        kept: p.kept,
+        ops_per_s: p.syncs_per_s,
+        mib_per_s: p.syncs_per_s * 4096.0 / (1 << 20) as f64,
+        p50_us: p.p50_us,
+        p99_us: p.p99_us,
+        started_unix: started,
+        unix: now,
     })
-    .to_string()
 }
 
 /// Reads a `--json` file back: samples, probes and the engines in the canonical order. A line

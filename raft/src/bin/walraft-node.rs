@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use wal_raft::client::Client;
 use wal_raft::net::stream::Security;
-use wal_raft::net::wire::{MembershipChange, MembershipFailure, WriteReply};
+use wal_raft::net::wire::{MembershipChange, MembershipFailure, NodeMetrics, WriteReply};
 use wal_raft::node::{start, NodeConfig, Started};
 use wal_raft::Response;
 
@@ -618,6 +618,30 @@ fn kind(k: Kind) -> catalog::EntityKind {
     }
 }
 
+/// One node's line of `client metrics --json` and `client status --json`: its metrics (with
+/// `status` and `lease_held` for `status`), or why it did not answer. A key without a value is
+/// left out.
+#[derive(Default, serde::Serialize)]
+struct NodeJson<'a> {
+    node: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics: Option<&'a NodeMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_held: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl NodeJson<'_> {
+    /// The line, through a `serde_json::Value`: its keys, and the metrics', sorted (serde_json
+    /// without `preserve_order`), the order these lines have always had.
+    fn to_line(&self) -> String {
+        serde_json::to_value(self).expect("a node's line serializes").to_string()
+    }
+}
+
 async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
     let first = nodes.first().cloned().unwrap_or_default();
     let op_kind = if matches!(op, Op::Status { .. }) { OpKind::Status } else { OpKind::Other };
@@ -674,19 +698,24 @@ async fn client(c: Client, nodes: Vec<String>, op: Op) -> i32 {
                         answered += 1;
                         leaders += usize::from(m.lease_held());
                         if json {
-                            let mut v = serde_json::json!({ "node": n, "metrics": m });
-                            if status {
-                                v["status"] = m.status().into();
-                                v["lease_held"] = m.lease_held().into();
-                            }
-                            out!("{v}");
+                            let line = NodeJson {
+                                node: n,
+                                metrics: Some(&m),
+                                status: status.then(|| m.status()),
+                                lease_held: status.then(|| m.lease_held()),
+                                error: None,
+                            };
+                            out!("{}", line.to_line());
                         } else if status {
                             out!("{n}: {}", m.status());
                         } else {
                             out!("{n}: {m:?}");
                         }
                     }
-                    Err(e) if json => out!("{}", serde_json::json!({ "node": n, "error": e.to_string() })),
+                    Err(e) if json => {
+                        let line = NodeJson { node: n, error: Some(e.to_string()), ..NodeJson::default() };
+                        out!("{}", line.to_line());
+                    }
                     Err(e) => out!("{n}: unreachable: {e}"),
                 }
             }

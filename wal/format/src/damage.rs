@@ -223,12 +223,24 @@ impl fmt::Display for CrcVerdict {
     }
 }
 
-/// Damage found in a log, classified, with where it is.
+/// The verdict's word, as [`CrcVerdict::as_str`] spells it (`"TORN_TAIL"`, say).
+#[cfg(feature = "serde")]
+impl serde::Serialize for CrcVerdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Damage found in a log, classified, with where it is. With the `serde` feature it serializes
+/// as walcheck's JSON shows it: the verdict and the kind as words (the kind's `Display` text),
+/// then where, under the fields' names.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Damage {
     /// How the damage is classified (FORMAT.md section 8): never [`CrcVerdict::Ok`].
     pub verdict: CrcVerdict,
     /// What was found wrong.
+    #[cfg_attr(feature = "serde", serde(serialize_with = "serialize_display"))]
     pub kind: DamageKind,
     /// Segment sequence of the file holding the damage.
     pub segment: u64,
@@ -252,6 +264,12 @@ impl fmt::Display for Damage {
             self.verdict, self.segment, self.offset, self.lsn, self.seq, self.kind
         )
     }
+}
+
+/// A value as its `Display` text (a [`Damage`]'s kind).
+#[cfg(feature = "serde")]
+fn serialize_display<S: serde::Serializer>(v: &impl fmt::Display, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 /// A name the log owns that is not a regular file: never read, never written.

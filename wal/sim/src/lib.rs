@@ -5,7 +5,8 @@
 //!   one, crash images at sector granularity, and injected faults (failed syncs with Linux
 //!   semantics, short writes, reordered and deferred completions, failed calls, disk full). With
 //!   a seed it is the simulated file system of the fault sweep.
-//! - [`Rng`]: the one seeded generator of the simulator and the tests, its sequences pinned.
+//! - [`Rng`]: the one seeded generator of the simulator and the tests, its sequences pinned
+//!   (the `wal-rng` crate's, re-exported).
 //! - [`workload`]: the staged history a crash test holds a recovered log to, a small key-value
 //!   state machine, and record forgery for tests of hostile bytes.
 //! - [`sweep`]: the fault sweep: seeded workloads on the simulator, every case of the fault
@@ -16,9 +17,8 @@
 
 pub mod fuzz;
 pub mod mem;
-mod rng;
 pub mod sweep;
 pub mod workload;
 
 pub use mem::{Boundary, Call, CrashPoint, FailCall, Faults, HeldSync, MemState, MemStorage, SectorFate};
-pub use rng::Rng;
+pub use wal_rng::Rng;

@@ -7,7 +7,7 @@ use super::{AfterHook, CommitPolicy, Core, Done, Item, Msg, Notice};
 use crate::state::snapshot::{list_snapshots, write_snapshot};
 use crate::state::{panic_message, Envelope, StateMachine};
 use crate::storage::{complete, Op};
-use crate::ticket::{Ack, Completion, Failure};
+use crate::ticket::{Ack, Completion, Failure, Settlement};
 use crate::{Epoch, Lsn};
 use crossbeam_channel::{select, Receiver};
 use std::collections::{HashMap, VecDeque};
@@ -235,7 +235,7 @@ impl<S: StateMachine> Loop<'_, S> {
     /// apply thread is where user code may run.
     fn resolve(&self, ack: Option<Ack<Done>>, outcome: Outcome) {
         let Some(ack) = ack else { return };
-        if let Some(Some(cb)) = ack.inner.settle(&outcome) {
+        if let Settlement::SettledWithCallback(cb) = ack.inner.settle(&outcome) {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cb(&outcome))) {
                 self.core.fence(format!("a ticket callback panicked: {}", panic_message(&*panic)));
             }

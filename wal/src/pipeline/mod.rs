@@ -333,11 +333,11 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         let epoch = epoch.unwrap_or_else(|| core.log.epoch());
         let ticket = match core.log.append_with(epoch, log_payload, Durability::Durable, Some(notify)) {
             Ok(t) => t,
-            Err(e @ Error::Fenced { .. }) => {
+            Err(Error::Fenced { cause }) => {
                 return Err(if kept_for_reopen(kind, core.opts.facts_when_fenced) {
-                    e
+                    Error::Fenced { cause }
                 } else {
-                    Error::Rejected(format!("fenced: {e}"))
+                    Error::Rejected(format!("fenced: {cause}"))
                 });
             }
             // The log's own refusal (a stale epoch, too large, a full queue) as it gave it.

@@ -138,7 +138,7 @@ impl Acker {
 }
 
 /// The workloads' generator: every choice of a workload comes from its seed.
-pub use wal_sim::Rng;
+pub use wal_rng::Rng;
 
 /// The generator for a workload's `seed` (splitmix64, the sequences its seeds were run with).
 pub fn seeded(seed: u64) -> Rng {

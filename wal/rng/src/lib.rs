@@ -1,5 +1,10 @@
 //! The workspace's one seeded pseudo-random generator: the simulator's choices, the crash and
-//! fault sweeps, the model tests, the fixture generator, the power-loss workloads.
+//! fault sweeps, the model tests, the fixture generator, the power-loss workloads, the
+//! comparison's payload filler.
+//!
+//! A crate of its own, with no dependencies, so that the tools that need only the generator
+//! (fixtures, powerloss, the comparison) do not build the simulator for it; `wal-sim`
+//! re-exports it as `wal_sim::Rng`.
 //!
 //! Every draw is a pure function of the seed, so a failure's seed replays it. The output
 //! sequences are pinned, not only the algorithms: committed files (the fixture logs and their
@@ -40,7 +45,7 @@ impl Rng {
     }
 
     /// Vigna's xorshift64* (shifts 12, 25, 27, then the new state times 0x2545F4914F6CDD1D):
-    /// the simulated file system's seeded choices ([`super::Faults::seed`]), the crash tests'
+    /// the simulated file system's seeded choices (`wal_sim::Faults::seed`), the crash tests'
     /// histories, the fuzz corpus's inputs.
     pub const fn xorshift64_star(seed: u64) -> Rng {
         Rng { state: seed, algorithm: Algorithm::XorShift64Star }
@@ -89,7 +94,7 @@ impl Rng {
     }
 
     /// The current state: a generator made with the same constructor from it goes on with the
-    /// same sequence (how [`super::Faults::seed`] keeps the simulator's generator as a number).
+    /// same sequence (how `wal_sim::Faults::seed` keeps the simulator's generator as a number).
     pub fn state(&self) -> u64 {
         self.state
     }
