@@ -308,7 +308,7 @@ fn every_cargo_command_in_the_documents_names_what_exists() {
         "cargo run -p wal --example no_such_example",
         "cargo test -p nope --test x",
         "cargo bench -p wal-benches --bench missing",
-        "cargo test -p wal --features mutant-nonexistent --test basic",
+        "cargo test -p wal --features mutant-nonexistent --test engine",
     ];
     for line in wrong {
         assert_eq!(command_problems(line, &pkgs).len(), 1, "{line}");

@@ -8,13 +8,11 @@
 //! must replay to the state after some prefix of the staged operations that includes everything
 //! acknowledged by a completed `sync` and never ends inside a user batch.
 
-mod common;
-
-use common::history::{apply, History, Op, Rng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use wal::{CrcVerdict, Epoch, Lsn, Options, Wal};
+use wal_sim::workload::history::{apply, History, Op, Rng};
 use wal_sim::{CrashPoint, MemStorage, SectorFate};
 
 const SEG: u32 = 64 * 1024;

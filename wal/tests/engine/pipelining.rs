@@ -14,9 +14,6 @@
 //! - A lone Written entry becomes durable within the configured delay, and a byte bound brings
 //!   the sync earlier; each delivers written, then final, on a completion channel.
 
-mod common;
-
-use common::history::Rng;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,6 +21,7 @@ use wal::{
     AsyncOptions, AsyncWal, Completion, CrcVerdict, Durability, Epoch, Error, Failure, Lsn, Notify, Options,
     Payload, Stage, Wal,
 };
+use wal_sim::workload::history::Rng;
 use wal_sim::{CrashPoint, MemStorage, SectorFate};
 
 const SEG: u32 = 64 * 1024;
@@ -248,7 +246,7 @@ fn crash_images_at_every_sync_of_a_pipelined_run_keep_every_durable_entry() {
                 r => r.unwrap_or_else(|e| panic!("{ctx}: scan: {e}")),
             };
             // Known, not the I/O thread's: a footer torn across two sectors during a rotation
-            // reads as CORRUPT_TAIL (see tests/torn_footer.rs). Counted, not opened.
+            // reads as CORRUPT_TAIL (see tests/engine/torn_footer.rs). Counted, not opened.
             let footer_slot = u64::from(SEG) - 2048;
             if scan.verdict == CrcVerdict::CorruptTail
                 && scan.damage.as_ref().is_some_and(|d| d.offset == footer_slot)

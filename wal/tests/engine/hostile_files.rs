@@ -11,9 +11,7 @@ use std::time::Duration;
 use wal::format::{segment_file_name, CLOSE_FILE_NAME, LOCK_FILE_NAME, META_FILE_NAME};
 use wal::{CrcVerdict, Epoch, Error, Options, Wal};
 
-#[path = "common/hostile.rs"]
-mod hostile;
-use hostile::{kinds, mkfifo, replace};
+use crate::common::hostile::{kinds, mkfifo, replace};
 
 const SEG: u32 = 64 * 1024;
 

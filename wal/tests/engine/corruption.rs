@@ -4,7 +4,8 @@
 //!
 //! The CI run flips every bit of every byte that holds data (headers, records, padding, footers,
 //! `wal.meta`) and every bit of every 61st byte of the zero-filled remainder; the exhaustive
-//! sweep over every bit of every byte is `cargo test -p wal --test corruption -- --ignored`.
+//! sweep over every bit of every byte is `cargo test -p wal --test engine corruption:: --
+//! --ignored`.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};

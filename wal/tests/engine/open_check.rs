@@ -4,15 +4,13 @@
 //! segment) or on `wal.close` (a clean close). Each path is checked by the directory's bytes:
 //! the same before the open and after the refused write and the handle's drop.
 
-mod common;
-
-use common::dir_bytes::dir_bytes;
-use common::kv::Kv;
+use crate::common::dir_bytes::dir_bytes;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal::{AsyncOptions, AsyncWal, CrcVerdict, Damage, Durability, Epoch, Error, OpenCheck, Options, Wal};
+use wal_sim::workload::kv::Kv;
 
 const SEG: u32 = 64 * 1024;
 

@@ -1,14 +1,12 @@
 //! The apply seam, the replay-and-compare core and snapshots (issue 4, docs/invariants.md I1, I2, I8),
 //! with a small key-value state machine.
 
-mod common;
-
-use common::kv::{Kv, SKEW, SKEW_LOCK};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wal::state::snapshot::{self, list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applied, Applier, EntryKind, Envelope, Fate, Outcome, Replayer};
 use wal::{Epoch, Error, Lsn, Options, Wal};
+use wal_sim::workload::kv::{Kv, SKEW, SKEW_LOCK};
 use wal_sim::{MemStorage, Rng};
 
 fn cmd(body: &str) -> Vec<u8> {
