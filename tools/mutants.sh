@@ -43,8 +43,8 @@ TABLE=(
   "mutant-no-fence-on-sync-error|I6|no-fence-on-sync-error|wal:test:engine:recovery_modes:: wal:test:engine:io_thread:: wal:test:engine:pipelining:: wal-sim:test:fault_sweep:fast_subset"
   "mutant-stale-epoch-accepted|I7|stale-epoch-accepted|wal:test:engine:basic:: wal:test:engine:io_thread:: wal:test:engine:pipeline:: wal-sim:test:fault_sweep:fast_subset"
   "mutant-no-divergence-fence|I8|no-divergence-fence|wal:test:engine:pipeline::"
-  "mutant-rename-skips-name-check|I9|rename-skips-name-check|catalog:test:rules catalog:test:pipeline_races"
-  "mutant-version-not-advanced|I9|version-not-advanced|catalog:test:rules catalog:test:pipeline_races"
+  "mutant-rename-skips-name-check|I9|rename-skips-name-check|catalog:test:catalog:rules:: catalog:test:catalog:pipeline_races::"
+  "mutant-version-not-advanced|I9|version-not-advanced|catalog:test:catalog:rules:: catalog:test:catalog:pipeline_races::"
 )
 
 # What a target's failure must say to count as catching a mutant; a target not listed here

@@ -3,10 +3,8 @@
 //! replay-and-compare core (`Replayer`) rebuilds the same catalog with no divergence, from
 //! the start and from a snapshot. A checkpoint that lies about the catalog is DIVERGENT.
 
-mod common;
-
+use crate::common::{payload, scripted};
 use catalog::{diff, Catalog};
-use common::{payload, scripted};
 use std::sync::Arc;
 use wal::state::snapshot::{list_snapshots, read_snapshot, write_snapshot};
 use wal::state::{Applier, CompareReport, Replayer, StateMachine};

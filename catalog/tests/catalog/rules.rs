@@ -1,10 +1,8 @@
 //! docs/invariants.md I9: the catalog closes the classic races, checked at apply time in log order
 //! through the one apply seam.
 
-mod common;
-
+use crate::common::Harness;
 use catalog::{Catalog, EntityId, EntityKind, Op, Receipt, Refusal};
-use common::Harness;
 use wal::state::{Outcome, SetDigest, StateMachine};
 
 use EntityKind::{Catalog as Cat, Metalake, Schema, Table};

@@ -9,10 +9,8 @@
 //!
 //! And fuzz-style: random or damaged bytes never make `Command::decode` or `import` panic.
 
-mod common;
-
+use crate::common::payload;
 use catalog::{Catalog, Command, Entity, EntityId, EntityKind, Op, Receipt, Refusal};
-use common::payload;
 use proptest::prelude::*;
 use wal::state::{snapshot, Applied, Applier, Outcome, StateMachine};
 use wal::{Epoch, Lsn};

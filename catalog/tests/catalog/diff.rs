@@ -1,9 +1,7 @@
 //! The entity diff names the entities in which two states differ, and how.
 
-mod common;
-
+use crate::common::Harness;
 use catalog::{diff, diff_exports, Difference, EntityId, EntityKind};
-use common::Harness;
 use wal::state::StateMachine;
 
 #[test]

@@ -1,8 +1,6 @@
 //! Helpers shared by the catalog's integration tests: commands applied through the one apply
 //! seam (`wal::state::Applier`), never by calling the state machine directly.
 
-#![allow(dead_code)]
-
 use catalog::{Catalog, Command, EntityId, EntityKind, Receipt};
 use wal::state::{Applied, Applier, EntryKind, Envelope, Outcome, StateMachine};
 use wal::{Epoch, Lsn};
