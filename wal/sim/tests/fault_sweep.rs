@@ -1,5 +1,5 @@
 //! The fault sweep's fast subset (the classes and the oracle are in `src/sweep/`),
-//! the simulated file system's own semantics. (`cli/tests/docs.rs` holds docs/testing.md to the
+//! the simulated file system's own semantics. (`cli/tests/walcheck/docs.rs` holds docs/testing.md to the
 //! committed long-sweep summary.)
 //!
 //! A failing case prints its seed and case and the command that replays it alone:

@@ -1,5 +1,4 @@
 //! What the issue-22 test files share: running the binary, finding a committed fixture.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::Command;

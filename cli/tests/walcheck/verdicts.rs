@@ -3,9 +3,8 @@
 //! text, files named on the command line that cannot be used, replicas with nothing to compare,
 //! and directories that hold no log or only an interrupted creation.
 
-mod common;
+use crate::common::{fixture, walcheck};
 use catalog::{Catalog, Command, EntityKind};
-use common::{fixture, walcheck};
 use std::path::Path;
 use wal::state::{Applier, EntryKind, Envelope};
 use wal::{Epoch, Lsn, Options, Wal};

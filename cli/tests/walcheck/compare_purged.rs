@@ -1,10 +1,8 @@
 //! `walcheck compare` on replicas that purged their prefixes at different points: each log's
 //! first entry is where its own purge left it, so the comparison starts at the highest of them.
 
-mod common;
-
+use crate::common::walcheck;
 use catalog::{Command, EntityKind};
-use common::walcheck;
 use std::path::Path;
 use wal::state::{EntryKind, Envelope};
 use wal::{Epoch, Lsn, Options, Wal};

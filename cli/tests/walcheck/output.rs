@@ -2,8 +2,7 @@
 //! failed writes to standard output reported, a missing path named as missing, replica
 //! comparisons that count what matched, `stat --json` with the verdict, exit codes in `--help`.
 
-mod common;
-use common::{fixture, walcheck};
+use crate::common::{fixture, walcheck};
 use std::process::{Command, Stdio};
 use wal::{Epoch, Options, Wal};
 

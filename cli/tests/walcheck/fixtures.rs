@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 
-#[path = "../../wal/tests/common/hostile.rs"]
+#[path = "../../../wal/tests/common/hostile.rs"]
 mod hostile;
 
 fn workspace() -> PathBuf {
