@@ -35,9 +35,9 @@ unset WAL_MUTANT
 TABLE=(
   "mutant-apply-before-commit|I1|apply-before-commit|wal:test:engine:pipeline::"
   "mutant-replay-ignores-dedupe|I2|replay-ignores-dedupe|wal:test:engine:state:: wal:test:engine:pipeline::"
-  "mutant-ack-before-sync|I3|ack-before-sync|wal:test:engine:io_thread:: wal:test:engine:pipelining:: wal-sim:test:fault_sweep:fast_subset walcheck:test:kill9 wal-powerloss:test:powerloss"
+  "mutant-ack-before-sync|I3|ack-before-sync|wal:test:engine:io_thread:: wal:test:engine:pipelining:: wal-sim:test:fault_sweep:fast_subset walcheck:test:kill9 wal-powerloss:test:powerloss:powerloss::"
   "mutant-ack-before-write|I3|ack-before-write|walcheck:test:kill9"
-  "mutant-no-dir-sync|I3|no-dir-sync|wal-powerloss:test:powerloss"
+  "mutant-no-dir-sync|I3|no-dir-sync|wal-powerloss:test:powerloss:powerloss::"
   "mutant-attested-damage-as-torn|I4|attested-damage-as-torn|wal-format:lib:classify wal:test:engine:corruption:: wal-sim:test:fault_sweep:fast_subset"
   "mutant-append-blocks-on-sync|I5|append-blocks-on-sync|wal:test:engine:append_returns_while_the_sync_of_its_own_batch_is_held"
   "mutant-no-fence-on-sync-error|I6|no-fence-on-sync-error|wal:test:engine:recovery_modes:: wal:test:engine:io_thread:: wal:test:engine:pipelining:: wal-sim:test:fault_sweep:fast_subset"
@@ -51,7 +51,7 @@ TABLE=(
 # catches it by failing at all. The power-loss suite can also fail for reasons of its own (a
 # workload that errs, a mount that fails), which are not the mutant being caught.
 declare -A MUST_SAY=(
-  ["wal-powerloss:test:powerloss"]="images lost acknowledged data"
+  ["wal-powerloss:test:powerloss:powerloss::"]="images lost acknowledged data"
 )
 
 # cargo arguments for one target spec
