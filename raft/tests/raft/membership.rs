@@ -5,15 +5,14 @@
 //! changed. At the end every acknowledged write is on every final replica, and they agree on
 //! one digest. Each step shows in the nodes' logs.
 
+use crate::support;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wal_raft::client::Client;
 
-mod support;
-
-use support::{client_cmd, create, created_id, free_ports, out_text, Cluster, WAIT};
+use crate::support::{client_cmd, create, created_id, free_ports, out_text, Cluster, WAIT};
 
 /// Runs a membership command against `nodes`, retrying while the cluster is between leaders
 /// (no leader answered, exit 5, or the node that answered stopped leading: refused with "not

@@ -12,9 +12,7 @@ use wal_raft::client::Client;
 use wal_raft::net::wire::WriteReply;
 use wal_raft::Response;
 
-mod support;
-
-use support::{create, created_id, free_ports, Cluster, BIN, WAIT};
+use crate::support::{create, created_id, free_ports, Cluster, BIN, WAIT};
 
 /// One cluster at a time: three nodes each on two shared cores is enough.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -11,9 +11,7 @@
 use std::time::{Duration, Instant};
 use wal_raft::net::wire::{Msg, Reply, WriteReply};
 
-mod support;
-
-use support::{create, created_id, Cluster, WAIT};
+use crate::support::{create, created_id, Cluster, WAIT};
 
 /// One cluster at a time: three nodes each on two shared cores is enough.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -26,7 +26,7 @@
 //!
 //! ```sh
 //! WALRAFT_CAMPAIGN_SECS=1800 WALRAFT_CAMPAIGN_SUMMARY=docs/campaign-summary.txt \
-//!   cargo test -p wal-raft --test campaign campaign_long -- --ignored --nocapture
+//!   cargo test -p wal-raft --test raft campaign_long -- --ignored --nocapture
 //! ```
 //!
 //! Knobs: `WALRAFT_CAMPAIGN_SEED` (both runs; the seed is printed first), `WALRAFT_CAMPAIGN_SECS`
@@ -34,30 +34,24 @@
 //! `WALRAFT_CAMPAIGN_SUMMARY` (long: write the summary there; a relative path is from the
 //! workspace root). A failed run keeps its data directories and node logs and says where.
 
-mod support;
-
-#[path = "campaign/checks.rs"]
 mod checks;
-#[path = "campaign/faults.rs"]
 mod faults;
-#[path = "campaign/load.rs"]
 mod load;
-#[path = "campaign/observe.rs"]
 mod observe;
-#[path = "campaign/schedule.rs"]
+mod parts;
+mod report;
 mod schedule;
-#[path = "campaign/summary.rs"]
 mod summary;
 
-use load::{Answer, Load, Op, Record};
-use schedule::{restart_class, Kind, Scale, Schedule, Step, Timing};
-use std::collections::BTreeMap;
+use crate::support;
+use crate::support::Cluster;
+use load::{Answer, Load, Record};
+use report::{report, summarize};
+use schedule::{Kind, Scale, Schedule, Step, Timing};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use summary::Summary;
-use support::Cluster;
 use wal_raft::net::wire::NodeMetrics;
 
 /// The nodes' timing. An election timeout of 0.5-1 s: short enough that faults cost
@@ -233,11 +227,11 @@ async fn campaign(run: Run) {
     let flags = node_flags();
     let reproduce = match run.label {
         "short" => format!(
-            "WALRAFT_CAMPAIGN_SEED={} cargo test -p wal-raft --test campaign campaign_short -- --nocapture",
+            "WALRAFT_CAMPAIGN_SEED={} cargo test -p wal-raft --test raft campaign_short -- --nocapture",
             run.seed
         ),
         _ => format!(
-            "WALRAFT_CAMPAIGN_SEED={} WALRAFT_CAMPAIGN_SECS={} WALRAFT_CAMPAIGN_WRITERS={} cargo test -p wal-raft --test campaign campaign_long -- --ignored --nocapture",
+            "WALRAFT_CAMPAIGN_SEED={} WALRAFT_CAMPAIGN_SECS={} WALRAFT_CAMPAIGN_WRITERS={} cargo test -p wal-raft --test raft campaign_long -- --ignored --nocapture",
             run.seed, run.secs, run.writers
         ),
     };
@@ -455,183 +449,6 @@ fn stopped_checks(inj: &mut faults::Injector) -> (usize, Vec<String>, String) {
     (panics, offline_checks, offline_compare)
 }
 
-/// The summary's figures (docs/fault-campaign.md says what each means).
-fn summarize(
-    run: &Run,
-    flags: &[String],
-    phase: &Phase,
-    records: &[Record],
-    ending: &Ending,
-    watched: &Watched,
-    inj: &faults::Injector,
-) -> Summary {
-    let mut s = Summary::default();
-    s.put("run", run.label);
-    s.put("seed", run.seed);
-    s.put("duration_s", run.secs);
-    s.put("fault_phase_s", (phase.to - phase.from).as_secs());
-    s.put("commit", commit());
-    s.put("build", if cfg!(debug_assertions) { "debug" } else { "release" });
-    s.put("cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
-    let tempers: Vec<load::Temper> = (0..run.writers).map(load::Temper::of).collect();
-    let count = |t| tempers.iter().filter(|x| **x == t).count();
-    s.put(
-        "writers",
-        format!(
-            "{} ({} patient, {} impatient, {} hasty)",
-            run.writers,
-            count(load::Temper::Patient),
-            count(load::Temper::Impatient),
-            count(load::Temper::Hasty)
-        ),
-    );
-    s.put("node_flags", flags.join(" "));
-    s.put("frame_bytes", FRAME);
-    s.put("faults.total", phase.steps.len());
-    for k in Kind::ALL {
-        s.put(&format!("faults.{}", k.key()), phase.steps.iter().filter(|st| st.fault.kind() == k).count());
-    }
-    s.put("faults.leader_targeted", inj.hit_leader);
-    s.put("faults.leader_unknown", inj.leader_unknown);
-    s.put("faults.leader_kills", inj.leader_kills);
-    s.put("faults.leader_kills_losing_shipped_entries", inj.unwritten_tail_kills);
-    let mut restarts: BTreeMap<&str, u64> = BTreeMap::new();
-    for st in &phase.steps {
-        for (_, down) in st.fault.restarts() {
-            *restarts.entry(restart_class(down, TIMING)).or_default() += 1;
-        }
-    }
-    for class in ["at_once", "within_election_timeout", "during_election_timeout", "past_election_timeout"] {
-        s.put(&format!("restarts.{class}"), restarts.get(class).copied().unwrap_or(0));
-    }
-    s.put("writes.total", records.len());
-    for a in ["committed", "rejected", "indeterminate"] {
-        s.put(&format!("writes.{a}"), records.iter().filter(|r| r.answer.key() == a).count());
-    }
-    for op in [Op::Create, Op::Update, Op::Drop] {
-        let of: Vec<&Record> = records.iter().filter(|r| r.op == op).collect();
-        let count = |a: &str| of.iter().filter(|r| r.answer.key() == a).count();
-        s.put(
-            &format!("writes.{}", op.key()),
-            format!(
-                "{} ({} committed, {} rejected, {} indeterminate)",
-                of.len(),
-                count("committed"),
-                count("rejected"),
-                count("indeterminate")
-            ),
-        );
-    }
-    let retried: Vec<&Record> = records.iter().filter(|r| r.retried).collect();
-    s.put(
-        "writes.retried_same_id",
-        format!(
-            "{} ({} committed, {} indeterminate again)",
-            retried.len(),
-            retried.iter().filter(|r| r.answer.key() == "committed").count(),
-            retried.iter().filter(|r| r.answer.key() == "indeterminate").count()
-        ),
-    );
-    let duplicate = |r: &&Record| {
-        matches!(r.answer, Answer::Committed { outcome: wal_raft::Response::Duplicate { .. }, .. })
-    };
-    s.put("writes.duplicates", records.iter().filter(duplicate).count());
-    let e = &ending.entities;
-    s.put("writes.indeterminate_applied", e.indeterminate_applied);
-    s.put("writes.indeterminate_not_applied", e.indeterminate_not_applied);
-    s.put("writes.indeterminate_unresolved", e.indeterminate_unresolved);
-    let (gap, gap_at) = max_gap(records, phase.from, phase.to);
-    let during: Vec<String> = phase
-        .spans
-        .iter()
-        .filter(|sp| sp.from <= gap_at + gap && sp.to >= gap_at)
-        .map(|sp| format!("fault {} ({})", sp.n, sp.kind.key()))
-        .collect();
-    s.put("acks.max_gap_ms", gap.as_millis());
-    s.put("acks.max_gap_during", if during.is_empty() { "no fault".into() } else { during.join(", ") });
-    s.put("raft.max_term", watched.max_term);
-    s.put("raft.leaders_seen", watched.leaders);
-    s.put("catchup.rejoins", inj.rejoins.len());
-    s.put("catchup.seen_complete", watched.catch_ups.len());
-    s.put("catchup.slowest_ms", watched.catch_ups.iter().map(|c| c.1).max().unwrap_or_default().as_millis());
-    s.put("catchup.needing_snapshot", inj.rejoins.iter().filter(|r| r.needs_snapshot()).count());
-    let backlog = inj
-        .rejoins
-        .iter()
-        .map(|r| {
-            let bytes: usize = records
-                .iter()
-                .filter(|x| matches!(x.answer, Answer::Committed { index, .. } if index > r.end && index <= r.last))
-                .map(|x| x.bytes)
-                .sum();
-            (r.last.saturating_sub(r.end), bytes)
-        })
-        .max_by_key(|b| b.1)
-        .unwrap_or((0, 0));
-    s.put("catchup.largest_backlog_entries", backlog.0);
-    s.put("catchup.largest_backlog_bytes", backlog.1);
-    s.put("snapshot.largest_bytes", watched.largest_snapshot);
-    s.put("snapshot.largest_in_frames", format!("{:.1}", watched.largest_snapshot as f64 / FRAME as f64));
-    let end = ending.end.as_ref();
-    s.put("end.applied_index", end.and_then(|m| m.last_applied).map_or("-".into(), |a| a.to_string()));
-    s.put("end.entities", end.map_or(0, |m| m.entities));
-    s.put("end.digests", ending.digests.map_or("-".into(), |d| d.to_string()));
-    s.put("end.digest", end.map_or("-".into(), |m| m.digest.chars().take(16).collect::<String>()));
-    s.put("checks.digests_compared_online", watched.coincidences);
-    s.put("checks.digests_differing_online", inj.failures.iter().filter(|f| f.contains("diverged")).count());
-    s.put("checks.names", e.names);
-    s.put("checks.creates_lost", e.creates_lost);
-    s.put("checks.rejected_applied", e.rejected_applied);
-    s.put("checks.entities_wrong", e.wrong);
-    s.put("checks.replicas_disagree", e.disagree);
-    s.put("checks.unexpected_exits", inj.failures.iter().filter(|f| f.contains("exited on its own")).count());
-    s.put("checks.panics", ending.panics);
-    s.put("checks.offline_check", ending.offline_checks.join(" "));
-    s.put("checks.offline_compare", &ending.offline_compare);
-    s.put("failures", inj.failures.len());
-    s.put("verdict", if inj.failures.is_empty() { "PASS" } else { "FAIL" });
-    s
-}
-
-/// Prints the summary (and writes it where asked), keeps the data directories of a failed run
-/// (or when `WALRAFT_CAMPAIGN_KEEP` is set), and fails the test with every failure.
-fn report(run: &Run, reproduce: &str, s: &Summary, inj: &mut faults::Injector) {
-    let header = vec![
-        "walraft-node fault campaign (raft/tests/campaign.rs; docs/fault-campaign.md says what each figure means)"
-            .to_string(),
-        format!(
-            "{} run, {} s of faults, seed {}, at commit {}, {}",
-            run.label,
-            run.secs,
-            run.seed,
-            s.get("commit").unwrap_or(""),
-            now_utc()
-        ),
-        format!("reproduce: {reproduce}"),
-    ];
-    let text = s.render(&header);
-    eprintln!("\n{text}");
-    if let Some(p) = &run.summary {
-        let p = if p.is_absolute() { p.clone() } else { workspace_root().join(p) };
-        std::fs::write(&p, &text).unwrap_or_else(|e| panic!("writing the summary to {}: {e}", p.display()));
-        eprintln!("summary written to {}", p.display());
-    }
-    let kept = inj.c.dir.path().display().to_string();
-    if !inj.failures.is_empty() || std::env::var_os("WALRAFT_CAMPAIGN_KEEP").is_some() {
-        inj.c.dir.disable_cleanup(true);
-        std::fs::write(inj.c.dir.path().join("campaign-events.txt"), inj.events.join("\n")).ok();
-        eprintln!("data directories, node logs (n<id>.out) and the event log kept in {kept}");
-    }
-    assert!(
-        inj.failures.is_empty(),
-        "campaign {} (seed {}) failed: {} failure(s):\n{}\n\ndata directories, node logs (n<id>.out) and the event log kept in {kept}\nreproduce: {reproduce}",
-        run.label,
-        run.seed,
-        inj.failures.len(),
-        inj.failures.join("\n---\n")
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn campaign_short() {
     campaign(Run {
@@ -663,181 +480,4 @@ async fn campaign_long() {
         summary: std::env::var_os("WALRAFT_CAMPAIGN_SUMMARY").map(PathBuf::from),
     })
     .await;
-}
-
-fn timing_and(scale: Scale, seed: u64) -> Vec<Step> {
-    let mut s = Schedule::new(seed, TIMING, scale);
-    (0..64).map(|_| s.next_step()).collect()
-}
-
-#[test]
-fn the_schedule_is_a_function_of_the_seed() {
-    assert_eq!(timing_and(Scale::LONG, 7), timing_and(Scale::LONG, 7));
-    assert_ne!(timing_and(Scale::LONG, 7), timing_and(Scale::LONG, 8));
-    // The short run's scale changes durations, never which faults come.
-    let kinds = |v: &[Step]| v.iter().map(|s| s.fault.kind()).collect::<Vec<_>>();
-    assert_eq!(kinds(&timing_and(Scale::SHORT, 7)), kinds(&timing_and(Scale::LONG, 7)));
-}
-
-#[test]
-fn every_kind_comes_every_cycle_scaled_to_the_election_timeout() {
-    let e = TIMING.election_max_ms;
-    for scale in [Scale::SHORT, Scale::LONG] {
-        let steps = timing_and(scale, 21);
-        let mut every: Vec<Kind> = Kind::ALL.iter().chain(&schedule::CYCLE_TWICE).copied().collect();
-        every.sort();
-        for cycle in steps.chunks(schedule::CYCLE).filter(|c| c.len() == schedule::CYCLE) {
-            let mut kinds: Vec<Kind> = cycle.iter().map(|s| s.fault.kind()).collect();
-            kinds.sort();
-            assert_eq!(kinds, every);
-        }
-        let mut leader_first = 0;
-        for s in &steps {
-            let t = s.fault.targets();
-            leader_first += usize::from(t[0] == schedule::Role::Leader);
-            assert!(t.iter().enumerate().all(|(i, r)| !t[..i].contains(r)), "one node twice: {}", s.fault);
-            let pauses = match &s.fault {
-                schedule::Fault::Pause { ms, .. } => ms.clone(),
-                schedule::Fault::Partition { ms, .. } => vec![*ms],
-                schedule::Fault::KillDuringPause { pause_ms, kill_at_ms, .. }
-                | schedule::Fault::KillDuringPartition { cut_ms: pause_ms, kill_at_ms, .. } => {
-                    assert!(kill_at_ms < pause_ms, "{}", s.fault);
-                    vec![*pause_ms]
-                }
-                _ => vec![],
-            };
-            for p in pauses {
-                assert!(p >= e && p as f64 <= e as f64 * scale.max_pause, "{}", s.fault);
-            }
-            for (_, down) in s.fault.restarts() {
-                assert!(down as f64 <= e as f64 * scale.max_down, "{}", s.fault);
-            }
-        }
-        // The leader on purpose, more often than not (65 in 100 of the first targets; backlog
-        // faults target a follower).
-        assert!(leader_first * 2 > steps.len(), "{leader_first} of {}", steps.len());
-        let classes: Vec<&str> =
-            steps.iter().flat_map(|s| s.fault.restarts()).map(|(_, d)| restart_class(d, TIMING)).collect();
-        for class in ["at_once", "within_election_timeout", "past_election_timeout"] {
-            assert!(classes.contains(&class), "no restart {class} in {classes:?}");
-        }
-    }
-}
-
-fn record(op: Op, name: &str, target: Option<(u64, u64)>, answer: Answer) -> Record {
-    Record {
-        writer: 0,
-        op,
-        name: name.into(),
-        target,
-        bytes: 0,
-        retried: false,
-        answer,
-        done_at: Duration::ZERO,
-    }
-}
-
-fn receipt(op: catalog::Op, id: u64, version: u64) -> wal_raft::Response {
-    wal_raft::Response::Done(catalog::Receipt { op, id: catalog::EntityId(id), version, removed: 0 }.encode())
-}
-
-fn view(id: u64, version: u64) -> Option<wal_raft::net::wire::EntityView> {
-    Some(wal_raft::net::wire::EntityView {
-        id,
-        parent: None,
-        kind: "metalake".into(),
-        name: "x".into(),
-        version,
-    })
-}
-
-/// The model the entity check holds replicas to: what the answers allow, and how an
-/// Indeterminate write resolves. These are what make the campaign able to fail.
-#[test]
-fn the_answers_say_what_each_entity_must_be() {
-    use load::{expect, resolve, Possible};
-    let committed = |index, outcome| Answer::Committed { index, outcome };
-    let create = record(Op::Create, "x", None, committed(10, receipt(catalog::Op::Create, 10, 1)));
-    let update = record(Op::Update, "x", Some((10, 1)), committed(12, receipt(catalog::Op::Update, 10, 2)));
-    let e = expect(&[&create, &update]);
-    assert!(e.problems.is_empty(), "{e:?}");
-    assert_eq!(e.possible, vec![Possible::Live { id: Some(10), version: 2 }]);
-    // An acknowledged update that is not there (version 1), or the entity at another index.
-    assert!(!e.possible.iter().any(|p| p.matches(&view(10, 1))));
-    assert!(!e.possible.iter().any(|p| p.matches(&view(11, 2))));
-    // A Rejected drop changes nothing; an Indeterminate one may or may not have applied.
-    let rejected = record(Op::Drop, "x", Some((10, 2)), Answer::Rejected("no leader".into()));
-    assert_eq!(expect(&[&create, &update, &rejected]).possible, e.possible);
-    let maybe = record(Op::Drop, "x", Some((10, 2)), Answer::Indeterminate("timeout".into()));
-    let before = [&create, &update];
-    assert_eq!(resolve(&before, &maybe, &None), Some(true));
-    assert_eq!(resolve(&before, &maybe, &view(10, 2)), Some(false));
-    assert_eq!(resolve(&before, &maybe, &view(10, 3)), None);
-    // A sole writer's write refused by the catalog: applied twice, or something lost.
-    let twice =
-        record(Op::Create, "x", None, committed(14, wal_raft::Response::Refused("name exists".into())));
-    assert!(!expect(&[&create, &twice]).problems.is_empty());
-    // A receipt that disagrees with the index it was acknowledged at.
-    let moved = record(Op::Create, "y", None, committed(20, receipt(catalog::Op::Create, 19, 1)));
-    assert!(!expect(&[&moved]).problems.is_empty());
-    // A retry under the same request id answered Duplicate: the first index, applied once.
-    let dup = record(Op::Create, "z", None, committed(31, wal_raft::Response::Duplicate { first_index: 30 }));
-    assert_eq!(expect(&[&dup]).possible, vec![Possible::Live { id: Some(30), version: 1 }]);
-}
-
-/// docs/fault-campaign.md quotes the committed summary's figures; each must be the file's.
-#[test]
-fn the_docs_quote_the_committed_campaign_summary() {
-    let root = workspace_root();
-    let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
-    let text = read(SUMMARY_FILE);
-    let figures = summary::parse(&text).unwrap_or_else(|e| panic!("{SUMMARY_FILE}: {e}"));
-    let md = read(DOCS_FILE);
-    let differ = summary::docs_differ(&md, &figures);
-    assert!(differ.is_empty(), "{DOCS_FILE} against {SUMMARY_FILE}:\n{}", differ.join("\n"));
-    let quoted: Vec<String> = summary::quoted(&md).into_iter().map(|q| q.1).collect();
-    for k in QUOTED {
-        assert!(quoted.iter().any(|q| q == k), "{DOCS_FILE} does not quote `{k}`");
-    }
-    assert_eq!(figures.get("verdict").map(String::as_str), Some("PASS"), "the committed run failed");
-}
-
-#[test]
-fn a_quoted_figure_that_differs_from_the_summary_is_named() {
-    let figures = summary::parse("# a comment\nseed: 7\nfaults.total: 412\n").unwrap();
-    // Rows outside the section (a table of meanings, a later section) are not quotes.
-    let md =
-        "## Meanings\n\n| `seed` | the seed |\n\n## The committed run\n\n| figure | value |\n|---|---|\n\
-              | `seed` | 7 |\n| `faults.total` | 413 |\n| `gone` | 1 |\n\n## Later\n\n| `seed` | 9 |\n";
-    assert_eq!(
-        summary::docs_differ(md, &figures),
-        vec![
-            "line 10: `faults.total` is \"413\" in the docs, \"412\" in the summary".to_string(),
-            "line 11: `gone` is not in the summary".to_string(),
-        ]
-    );
-    assert!(summary::parse("seed 7\n").unwrap_err().contains("line 1"));
-    assert!(summary::parse("seed: 7\nseed: 8\n").unwrap_err().contains("line 2"));
-}
-
-/// The supervisor does not restart a node that fenced itself: its `FENCED` file refuses every
-/// start (exit 9), so a restart would only loop, one failure every poll. It is one failure, and
-/// the node stays down however often the campaign heals.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_that_fenced_itself_is_left_down_and_failed_once() {
-    let mut c = Cluster::start(&[]);
-    c.leader(&[1, 2, 3]).await;
-    c.kill9(3);
-    std::fs::write(c.data(3).join(wal_raft::fence::FENCE_FILE), "node 3 diverged at index 8 (a test)\n")
-        .unwrap();
-    let seen = Arc::new(Mutex::new(observe::Observed::default()));
-    let mut inj = faults::Injector::new(c, Instant::now(), Arc::new(Mutex::new(Vec::new())), seen);
-    for _ in 0..3 {
-        inj.heal_all().await;
-        assert!(!inj.c.running(3), "the fenced node was started again");
-    }
-    assert_eq!(inj.failures.len(), 1, "{:#?}", inj.failures);
-    assert!(inj.failures[0].contains("node 3 fenced itself") && inj.failures[0].contains("(a test)"));
-    assert!(inj.c.running(1) && inj.c.running(2));
-    inj.c.stop_all();
 }

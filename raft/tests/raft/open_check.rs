@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 use wal_raft::{log_options, Entry, LogId, LogStore, Request, TypeConfig};
 
-#[path = "../../wal/tests/common/dir_bytes.rs"]
+#[path = "../../../wal/tests/common/dir_bytes.rs"]
 mod dir_bytes;
 use dir_bytes::dir_bytes;
 

@@ -15,12 +15,10 @@
 //!
 //! Also: a follower does not forward a write into a pooled connection its killed leader closed.
 
-mod support;
-
+use crate::support::{create, created_id, Cluster, WAIT};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{create, created_id, Cluster, WAIT};
 use wal_raft::client::Client;
 use wal_raft::net::wire::WriteReply;
 use wal_raft::Response;

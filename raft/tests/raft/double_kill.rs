@@ -14,14 +14,13 @@
 //! `double_kill_rounds_keep_every_acknowledged_write_on_every_replica` is the short version
 //! (CI). `with_leader_restore_back_on_the_rounds_catch_the_loss` is its negative control (CI):
 //! the same rounds with the unsafe configuration must fail, or this test could not fail. The long one is ignored; run it with
-//! `WALRAFT_DOUBLE_KILL_ROUNDS=1000 cargo test -p wal-raft --test double_kill -- --ignored --nocapture`.
+//! `WALRAFT_DOUBLE_KILL_ROUNDS=1000 cargo test -p wal-raft --test raft double_kill:: -- --ignored --nocapture`.
 
-mod support;
-
+use crate::support;
+use crate::support::{create, created_id, Cluster};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{create, created_id, Cluster};
 use wal_raft::client::Client;
 
 /// The survivor's election timeout is 1-1.5 s, heartbeats every 100 ms: the two killed nodes

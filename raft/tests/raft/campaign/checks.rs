@@ -5,7 +5,7 @@
 //! nodes stopped, the offline tools agree: `walraft-node check` CLEAN on each data directory
 //! and `walraft-node compare` AGREE on the three.
 
-use crate::load::{self, Answer, Op, Record};
+use super::load::{self, Answer, Op, Record};
 use crate::support::{create, Cluster, BIN};
 use std::collections::BTreeMap;
 use std::process::Command;

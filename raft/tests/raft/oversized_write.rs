@@ -11,11 +11,10 @@
 //! client here has a 10-minute deadline and every test is bounded by 60 s, so an answer that
 //! waited for the deadline fails the test; attempts are counted, not timed.
 
-mod support;
-
+use crate::support;
+use crate::support::{Cluster, BIN};
 use std::net::TcpListener;
 use std::time::Duration;
-use support::{Cluster, BIN};
 use wal_raft::client::Client;
 use wal_raft::net::limit::{max_command_len, request_len};
 use wal_raft::net::wire::WriteReply;

@@ -6,15 +6,14 @@
 //! follower `0`; another path is 404, and garbage, an oversized head or a silent client leave
 //! the node answering.
 
+use crate::support;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-mod support;
-
-use support::{create, created_id, Cluster, BIN};
+use crate::support::{create, created_id, Cluster, BIN};
 
 /// Sends `request` to `addr` and reads the answer until the node closes: (status code, body).
 fn http(addr: &str, request: &[u8]) -> (u16, String) {

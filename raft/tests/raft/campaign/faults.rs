@@ -13,9 +13,9 @@
 //! its log ended and where the others' purge point was: a node whose log ended below the
 //! leader's purge point can only catch up from a snapshot.
 
-use crate::load::{self, Record};
-use crate::observe::Observed;
-use crate::schedule::{Fault, Role};
+use super::load::{self, Record};
+use super::observe::Observed;
+use super::schedule::{Fault, Role};
 use crate::support::{metrics_at, Cluster};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -347,7 +347,7 @@ impl Injector {
         };
         let last = views.iter().filter_map(|m| m.last_log_index).max().unwrap_or(0);
         let r = Rejoin { end, purged, last };
-        self.seen.lock().unwrap().pending.push(crate::observe::CatchUp {
+        self.seen.lock().unwrap().pending.push(super::observe::CatchUp {
             node: id,
             target: last,
             since: Instant::now(),

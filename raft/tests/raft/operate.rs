@@ -5,13 +5,12 @@
 //! a node logs its role changes through `tracing` and keeps a PID file while it runs; and no
 //! report panics when its output pipe is closed.
 
+use crate::support;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod support;
-
-use support::{client_cmd, out_text, Cluster, BIN, WAIT};
+use crate::support::{client_cmd, out_text, Cluster, BIN, WAIT};
 
 /// Runs `BIN args` with its stdout a pipe whose reading end is already closed: every write to
 /// it fails with EPIPE. The exit code, and stderr.
