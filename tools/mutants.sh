@@ -30,27 +30,28 @@ mkdir -p "$LOGS"
 # The baseline and every build but a mutant's own carry none.
 unset WAL_MUTANT
 
-# name | invariant | WAL_MUTANT | targets (package:lib|test:name[:filter], space separated)
+# name | invariant | WAL_MUTANT | targets (package:lib|test:name[:filter], space separated; a
+# filter such as `io_thread::` runs one module of a crate's test binary)
 TABLE=(
-  "mutant-apply-before-commit|I1|apply-before-commit|wal:test:pipeline"
-  "mutant-replay-ignores-dedupe|I2|replay-ignores-dedupe|wal:test:state wal:test:pipeline"
-  "mutant-ack-before-sync|I3|ack-before-sync|wal:test:io_thread wal:test:pipelining wal-sim:test:fault_sweep:fast_subset walcheck:test:kill9 wal-powerloss:test:powerloss"
+  "mutant-apply-before-commit|I1|apply-before-commit|wal:test:engine:pipeline::"
+  "mutant-replay-ignores-dedupe|I2|replay-ignores-dedupe|wal:test:engine:state:: wal:test:engine:pipeline::"
+  "mutant-ack-before-sync|I3|ack-before-sync|wal:test:engine:io_thread:: wal:test:engine:pipelining:: wal-sim:test:fault_sweep:fast_subset walcheck:test:kill9 wal-powerloss:test:powerloss:powerloss::"
   "mutant-ack-before-write|I3|ack-before-write|walcheck:test:kill9"
-  "mutant-no-dir-sync|I3|no-dir-sync|wal-powerloss:test:powerloss"
-  "mutant-attested-damage-as-torn|I4|attested-damage-as-torn|wal-format:lib:classify wal:test:corruption wal-sim:test:fault_sweep:fast_subset"
-  "mutant-append-blocks-on-sync|I5|append-blocks-on-sync|wal:test:io_thread:append_returns_while_the_sync_of_its_own_batch_is_held"
-  "mutant-no-fence-on-sync-error|I6|no-fence-on-sync-error|wal:test:recovery_modes wal:test:io_thread wal:test:pipelining wal-sim:test:fault_sweep:fast_subset"
-  "mutant-stale-epoch-accepted|I7|stale-epoch-accepted|wal:test:basic wal:test:io_thread wal:test:pipeline wal-sim:test:fault_sweep:fast_subset"
-  "mutant-no-divergence-fence|I8|no-divergence-fence|wal:test:pipeline"
-  "mutant-rename-skips-name-check|I9|rename-skips-name-check|catalog:test:rules catalog:test:pipeline_races"
-  "mutant-version-not-advanced|I9|version-not-advanced|catalog:test:rules catalog:test:pipeline_races"
+  "mutant-no-dir-sync|I3|no-dir-sync|wal-powerloss:test:powerloss:powerloss::"
+  "mutant-attested-damage-as-torn|I4|attested-damage-as-torn|wal-format:lib:classify wal:test:engine:corruption:: wal-sim:test:fault_sweep:fast_subset"
+  "mutant-append-blocks-on-sync|I5|append-blocks-on-sync|wal:test:engine:append_returns_while_the_sync_of_its_own_batch_is_held"
+  "mutant-no-fence-on-sync-error|I6|no-fence-on-sync-error|wal:test:engine:recovery_modes:: wal:test:engine:io_thread:: wal:test:engine:pipelining:: wal-sim:test:fault_sweep:fast_subset"
+  "mutant-stale-epoch-accepted|I7|stale-epoch-accepted|wal:test:engine:basic:: wal:test:engine:io_thread:: wal:test:engine:pipeline:: wal-sim:test:fault_sweep:fast_subset"
+  "mutant-no-divergence-fence|I8|no-divergence-fence|wal:test:engine:pipeline::"
+  "mutant-rename-skips-name-check|I9|rename-skips-name-check|catalog:test:catalog:rules:: catalog:test:catalog:pipeline_races::"
+  "mutant-version-not-advanced|I9|version-not-advanced|catalog:test:catalog:rules:: catalog:test:catalog:pipeline_races::"
 )
 
 # What a target's failure must say to count as catching a mutant; a target not listed here
 # catches it by failing at all. The power-loss suite can also fail for reasons of its own (a
 # workload that errs, a mount that fails), which are not the mutant being caught.
 declare -A MUST_SAY=(
-  ["wal-powerloss:test:powerloss"]="images lost acknowledged data"
+  ["wal-powerloss:test:powerloss:powerloss::"]="images lost acknowledged data"
 )
 
 # cargo arguments for one target spec

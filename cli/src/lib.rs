@@ -570,7 +570,7 @@ fn dump(out: &mut Out, dir: &Path, json: bool, mode: PayloadMode, max: usize) ->
 }
 
 /// The Rust blocks of `docs/durability.md`, compiled and run as doctests so that the document
-/// cannot drift from the API (`cli/tests/markdown.rs` checks that every Rust block of the
+/// cannot drift from the API (`cli/tests/walcheck/markdown.rs` checks that every Rust block of the
 /// repository's Markdown is one of these or the README's quick start).
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/durability.md")]

@@ -28,7 +28,7 @@
 //! that appends continue with dense LSNs. It cannot show that an acknowledgement waited for
 //! the fdatasync (docs/invariants.md I3): an entry acknowledged after its write but before its sync
 //! survives a kill. That is shown in simulation, where a crash drops what was never synced
-//! (`wal/tests/io_thread.rs`, `wal/tests/crash.rs`; the `mutant-ack-before-sync` mutant in
+//! (`wal/tests/engine/io_thread/`, `wal/tests/engine/crash.rs`; the `mutant-ack-before-sync` mutant in
 //! `tools/mutants.sh` is caught there and survives here, while `mutant-ack-before-write`, which
 //! acknowledges before the write, is caught here).
 //!

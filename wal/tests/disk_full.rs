@@ -1,14 +1,12 @@
 //! Running out of space (docs/invariants.md I6: disk full is its own error, the log stays usable) on a
 //! real, small file system and against the configured size budget.
 
-mod common;
-
-use common::kv::Kv;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use wal::storage::Reader;
 use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Error, Failure, Options, Wal};
+use wal_sim::workload::kv::Kv;
 use wal_sim::MemStorage;
 
 const SEG: u32 = 64 * 1024;

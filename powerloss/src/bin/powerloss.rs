@@ -1,6 +1,6 @@
 //! `powerloss`: record a workload under the block-write recorder and check its crash images
 //! (`run`), or rebuild and check one image of a kept recording (`image`). The test suite
-//! (`powerloss/tests/powerloss.rs`) runs a seeded subset; this binary runs the long mode and
+//! (`powerloss/tests/powerloss/powerloss.rs`) runs a seeded subset; this binary runs the long mode and
 //! reproduces a failure. Exit codes: 0 every image passed, 1 an image failed, 2 the suite could
 //! not run (not root, no FUSE, a tool missing), 64 bad arguments.
 

@@ -118,7 +118,7 @@ mod tests {
     }
 
     /// docs/replication.md quotes the largest command a 16 KiB frame takes, twice (the node
-    /// binary's paragraph and `tests/oversized_write.rs`'s row): it must be this one.
+    /// binary's paragraph and `tests/raft/oversized_write.rs`'s row): it must be this one.
     #[test]
     fn the_docs_quote_the_largest_command_of_16_kib_frames() {
         let most = max_command_len(16 << 10).to_string();

@@ -368,7 +368,7 @@ mod tests {
     use super::*;
 
     /// The config every node runs with never restores a leader on restart (see
-    /// `enable_leader_restore` above); the process test of it is `tests/double_kill.rs`.
+    /// `enable_leader_restore` above); the process test of it is `tests/raft/double_kill.rs`.
     #[test]
     fn a_restarted_leader_is_never_restored_without_an_election() {
         let cfg = NodeConfig::new(1, "127.0.0.1:0".into(), BTreeMap::new(), PathBuf::from("unused"));

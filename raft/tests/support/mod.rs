@@ -1,11 +1,11 @@
 //! Three real `walraft-node` processes on loopback, shared by the process tests
-//! (`processes.rs`, `double_kill.rs`, `campaign.rs`, ...), which run the binary cargo built
+//! (`raft/processes.rs`, `raft/double_kill.rs`, `raft/campaign/`, ...), which run the binary cargo built
 //! ([`BIN`], [`Cluster::start`]), and by `examples/failover.rs`, which names its binary
 //! ([`Cluster::start_with`]; cargo tells only tests and benches where the binary is, so [`BIN`]
 //! exists only under `cfg(test)`). Every wait is bounded; every child is killed when its cluster
 //! is dropped (also when an assertion fails).
 
-// Each test binary that includes this module uses a different part of it.
+// The test binary (tests/raft) and the failover example each use a different part of it.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

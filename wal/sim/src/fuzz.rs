@@ -437,7 +437,7 @@ fn files_of(st: &MemStorage) -> Files {
         .file_names()
         .into_iter()
         // `wal.close` only spares an open a walk, and has its own test
-        // (wal/tests/close_state.rs): leaving it out keeps the file indices of the committed
+        // (wal/tests/engine/close_state.rs): leaving it out keeps the file indices of the committed
         // corpus what they were.
         .filter(|n| n != "LOCK" && n != wal::format::CLOSE_FILE_NAME)
         .map(|n| {

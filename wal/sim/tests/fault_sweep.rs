@@ -1,5 +1,5 @@
 //! The fault sweep's fast subset (the classes and the oracle are in `src/sweep/`),
-//! the simulated file system's own semantics. (`cli/tests/docs.rs` holds docs/testing.md to the
+//! the simulated file system's own semantics. (`cli/tests/walcheck/docs.rs` holds docs/testing.md to the
 //! committed long-sweep summary.)
 //!
 //! A failing case prints its seed and case and the command that replays it alone:
@@ -63,7 +63,7 @@ fn fast_subset_of_the_fault_sweep() {
 
 /// The non-lossy cut's promise (`src/sweep/torn_cut.rs`): over a seeded sample of
 /// the sweep's crash images and damaged logs, a cut of a TORN_TAIL never removes an entry that
-/// was acknowledged. A longer run: `WAL_TORN_CUT_SEEDS=200 cargo test --release -p wal --test
+/// was acknowledged. A longer run: `WAL_TORN_CUT_SEEDS=200 cargo test --release -p wal-sim --test
 /// fault_sweep a_torn_tail_cut_never_removes_an_attested_entry -- --nocapture`.
 #[test]
 fn a_torn_tail_cut_never_removes_an_attested_entry() {

@@ -1,6 +1,6 @@
 #![allow(dead_code)] // each test crate that includes this file uses part of it
 //! Files that are not what their names say (issue 22), made at test time where a log keeps a
-//! file: shared by the engine's tests (`wal/tests/hostile_files.rs`) and walcheck's
+//! file: shared by the engine's tests (`wal/tests/engine/hostile_files.rs`) and walcheck's
 //! (`cli/tests/hostile_files.rs`, which compiles this file with `#[path]`).
 
 use std::ffi::CString;

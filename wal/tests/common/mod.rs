@@ -1,8 +1,7 @@
-//! Helpers shared by integration tests.
-#![allow(dead_code)]
+//! Helpers of the engine's tests that other crates' tests compile too, with `#[path]`:
+//! `hostile.rs` (walcheck's tests) and `dir_bytes.rs` (the Raft adapter's). The crash tests'
+//! history and the key-value state machine live in the simulation crate, which the fault sweep
+//! shares: `wal_sim::workload::{history, kv}`.
 
 pub mod dir_bytes;
-// The crash tests' history and the key-value state machine live in the simulation crate, which
-// the fault sweep shares.
-#[allow(unused_imports)] // not every test binary uses both
-pub use wal_sim::workload::{history, kv};
+pub mod hostile;

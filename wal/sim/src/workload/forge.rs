@@ -1,6 +1,6 @@
 //! Damage as an adversary makes it (issue 22): a field of a record or a segment header changed
 //! and the checksums recomputed, so that only the meaning is wrong. Shared by
-//! `tests/torn_only.rs` and the fault sweep's property test of the non-lossy cut.
+//! `tests/engine/torn_only.rs` and the fault sweep's property test of the non-lossy cut.
 #![allow(dead_code)]
 
 use wal::format::RECORD_HEADER_LEN;

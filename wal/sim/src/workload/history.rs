@@ -1,4 +1,4 @@
-//! The staged history the crash tests hold a recovered log to (tests/crash.rs, the fault sweep),
+//! The staged history the crash tests hold a recovered log to (tests/engine/crash.rs, the fault sweep),
 //! and their seeded generator.
 
 use std::collections::BTreeMap;

@@ -1,0 +1,168 @@
+//! The synchronous handle's other operations on the I/O thread (metadata, truncation, reset,
+//! checkpoints, abandon, user batches): behind a failed sync, on disk full, in a written replay.
+
+use super::{reopen, start, SEG};
+use std::sync::Arc;
+use wal::{AsyncOptions, Durability, Epoch, Error, Failure, Lsn, Options, Payload, Wal};
+use wal_sim::{MemStorage, SectorFate};
+
+#[test]
+fn operations_queued_behind_a_failed_sync_fail_and_later_ones_are_refused() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    log.append(Epoch(0), b"kept".to_vec(), Durability::Durable).unwrap().wait().unwrap();
+    let n = st.faults().syncs_seen;
+    st.faults().fail_sync_from = Some(n);
+    let meta = log.set_meta(3, b"vote", Durability::Written).unwrap();
+    let cut = log.truncate_after(Epoch(0), Lsn(0)).unwrap();
+    // Asked for `Written`: its final word is the one a failed sync decides.
+    assert!(matches!(meta.wait_durable(), Err(Failure::Indeterminate(_))), "{:?}", meta.wait_durable());
+    assert!(matches!(cut.wait(), Err(Failure::Indeterminate(_))), "{:?}", cut.wait());
+    st.faults().fail_sync_from = None;
+    assert!(matches!(log.reset(Epoch(0), Lsn(9)), Err(Error::Fenced { .. })));
+    assert!(matches!(log.advance_epoch(Epoch(1)), Err(Error::Fenced { .. })));
+    assert!(log.close().is_err());
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    assert_eq!(reopen(&crashed), vec![(1, b"kept".to_vec())]);
+}
+
+#[test]
+fn disk_full_rejects_queued_operations_and_gives_their_position_back() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    st.faults().capacity_bytes = Some(64 * 1024 + 4096);
+    let mut durable = 0u64;
+    let rejected = loop {
+        let t =
+            log.append_at(Epoch(0), log.next_lsn(), Payload::One(vec![7; 500]), Durability::Durable).unwrap();
+        let cut = log.set_meta(1, &durable.to_le_bytes(), Durability::Durable).unwrap();
+        match (t.wait(), cut.wait()) {
+            (Ok(_), Ok(_)) => durable += 1,
+            (Err(f), Err(g)) => {
+                assert!(matches!(g, Failure::Rejected(_)), "{g:?}");
+                break f;
+            }
+            other => panic!("an entry and the record queued after it disagree: {other:?}"),
+        }
+        assert!(durable < 1000, "never ran out of space");
+    };
+    assert!(matches!(rejected, Failure::Rejected(_)), "{rejected:?}");
+    assert_eq!(log.next_lsn(), Lsn(durable + 1), "the rejected entry's LSN is the next one again");
+    st.faults().capacity_bytes = None;
+    log.truncate_after(Epoch(0), Lsn(durable - 1)).unwrap().wait().unwrap();
+    let t =
+        log.append_at(Epoch(0), Lsn(durable), Payload::One(b"after".to_vec()), Durability::Durable).unwrap();
+    assert_eq!(t.wait(), Ok(Lsn(durable)));
+    log.close().unwrap();
+    let got = reopen(&st);
+    assert_eq!(got.len() as u64, durable);
+    assert_eq!(got.last().unwrap(), &(durable, b"after".to_vec()));
+}
+
+#[test]
+fn a_written_replay_sees_every_operation_queued_before_it() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    for i in 1..=5u8 {
+        log.append(Epoch(0), vec![i], Durability::Written).unwrap();
+    }
+    log.truncate_after(Epoch(0), Lsn(3)).unwrap();
+    log.append_at(Epoch(0), Lsn(4), Payload::One(b"four".to_vec()), Durability::Written).unwrap();
+    // Nothing waited on yet: the replay itself writes what is staged.
+    let got = log.replay_from(Some(Lsn(2)), wal::Durability::Written).unwrap().collect_entries().unwrap();
+    assert_eq!(got, vec![(2, vec![2]), (3, vec![3]), (4, b"four".to_vec())]);
+    log.close().unwrap();
+}
+
+#[test]
+fn abandon_leaves_what_a_crash_leaves_and_a_shared_handle_closes_once() {
+    let clean = start(&MemStorage::new(), AsyncOptions::default());
+    clean.close().unwrap();
+    assert!(clean.close().is_ok(), "a second close of a cleanly closed log is Ok again");
+    let st = MemStorage::new();
+    let log = Arc::new(start(&st, AsyncOptions::default()));
+    log.set_meta(2, b"term 5", Durability::Durable).unwrap().wait().unwrap();
+    let durable = log.append(Epoch(0), b"durable".to_vec(), Durability::Durable).unwrap();
+    durable.wait().unwrap();
+    let other = log.clone();
+    other.abandon();
+    let after = log.append(Epoch(0), b"x".to_vec(), Durability::Durable);
+    assert!(matches!(after, Err(Error::Fenced { .. } | Error::ReadOnly)), "{after:?}");
+    assert!(matches!(log.close(), Err(Error::Fenced { .. })), "a close after an abandon says so");
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    let (w, _) =
+        Wal::open_with(Arc::new(crashed), Options { segment_len_bytes: SEG, ..Options::default() }).unwrap();
+    assert_eq!(w.meta(2), Some(&b"term 5"[..]));
+    assert_eq!(w.replay().unwrap().collect_entries().unwrap(), vec![(1, b"durable".to_vec())]);
+}
+
+#[test]
+fn a_checkpoint_is_checked_as_the_synchronous_handle_checks_it() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    let lsn = log.append(Epoch(0), b"x".to_vec(), Durability::Durable).unwrap().wait().unwrap();
+    let cp =
+        wal::Checkpoint { digest: [7; 32], entity_count: 1, digest_version: 1, state_machine_version: 1 };
+    assert!(matches!(log.checkpoint(Epoch(1), lsn, &cp), Err(Error::EpochNotAdvanced { .. })));
+    assert!(matches!(log.checkpoint(Epoch(0), Lsn(lsn.0 + 1), &cp), Err(Error::InvalidArgument(_))));
+    log.advance_epoch(Epoch(2)).unwrap();
+    assert!(matches!(log.checkpoint(Epoch(0), lsn, &cp), Err(Error::StaleEpoch { .. })));
+    log.checkpoint(Epoch(2), lsn, &cp).unwrap();
+    log.close().unwrap();
+    let (w, _) =
+        Wal::open_with(Arc::new(st), Options { segment_len_bytes: SEG, ..Options::default() }).unwrap();
+    let mut r = w.replay().unwrap();
+    let mut found = Vec::new();
+    while let Some(item) = r.next() {
+        if let wal::ItemKind::Checkpoint(c) = item.unwrap().kind {
+            found.push(c);
+        }
+    }
+    assert_eq!(found, vec![cp], "the one accepted checkpoint is in the log");
+}
+
+#[test]
+fn a_log_that_fences_on_disk_full_gives_nothing_up_quietly() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions { fence_on_disk_full: true, ..AsyncOptions::default() });
+    st.faults().capacity_bytes = Some(64 * 1024 + 4096);
+    let mut durable = 0u64;
+    let failed = loop {
+        let t = log.append(Epoch(0), vec![7; 500], Durability::Durable).unwrap();
+        match t.wait() {
+            Ok(_) => durable += 1,
+            Err(f) => break f,
+        }
+        assert!(durable < 1000, "never ran out of space");
+    };
+    assert!(matches!(failed, Failure::Indeterminate(_)), "{failed:?}");
+    st.faults().capacity_bytes = None;
+    // Fenced: nothing is taken after the entry that was given up, even with space again.
+    assert!(matches!(
+        log.append_at(Epoch(0), Lsn(durable + 2), Payload::One(vec![1]), Durability::Durable),
+        Err(Error::Fenced { .. })
+    ));
+    assert!(matches!(log.reset(Epoch(0), Lsn(100)), Err(Error::Fenced { .. })));
+    assert!(log.close().is_err());
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    assert_eq!(reopen(&crashed).len() as u64, durable, "every acknowledged entry, nothing else");
+}
+
+#[test]
+fn a_user_batch_larger_than_a_segment_is_rejected_and_the_log_carries_on() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    log.append(Epoch(0), b"before".to_vec(), Durability::Durable).unwrap().wait().unwrap();
+    // Each entry fits a segment; together they do not (64 KiB segments).
+    let group = Payload::Group(vec![vec![5; 40_000], vec![6; 40_000]]);
+    let t = log.append_with(Epoch(0), group, Durability::Durable, None).unwrap();
+    assert!(matches!(t.wait(), Err(Failure::Rejected(_))), "{:?}", t.wait());
+    let at = Payload::Group(vec![vec![5; 40_000], vec![6; 40_000]]);
+    let t = log.append_at(Epoch(0), Lsn(2), at, Durability::Durable).unwrap();
+    assert!(matches!(t.wait(), Err(Failure::Rejected(_))), "{:?}", t.wait());
+    // Not fenced, and the refused entries' LSNs are given again.
+    let next = log.append(Epoch(0), b"after".to_vec(), Durability::Durable).unwrap().wait().unwrap();
+    assert_eq!(next, Lsn(2));
+    log.close().unwrap();
+    assert_eq!(reopen(&st), vec![(1, b"before".to_vec()), (2, b"after".to_vec())]);
+}
