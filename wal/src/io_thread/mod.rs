@@ -30,7 +30,7 @@
 //!   and for batches of Written entries only after [`AsyncOptions::written_sync_delay`], after
 //!   [`AsyncOptions::written_sync_bytes`], when the queue is half full, or at close: the thread
 //!   sleeps with that deadline as its timeout, so the sync comes without any further append.
-//! - The thread sleeps in [`Storage::wait`](crate::storage::Storage::wait): on io_uring in the
+//! - The thread sleeps in [`Completions::wait`](crate::storage::Completions::wait): on io_uring in the
 //!   ring, for a completion or a byte on the bell's pipe; elsewhere on the bell, which appends and
 //!   completions ring. No spinning, no sleep-polling.
 //! - Its state sits under an engine lock it holds while it works and lets go while it sleeps.

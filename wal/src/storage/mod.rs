@@ -238,12 +238,17 @@ pub trait Storage: Writer + Completions {}
 
 impl<T: Writer + Completions + ?Sized> Storage for T {}
 
-/// Writes all of `data` at `offset`, writing the rest of a short write again.
+/// Writes all of `data` at `offset`, writing the rest of a short write again (and a write a
+/// signal interrupted).
 pub fn write_all_at(w: &dyn Writer, file: FileId, offset: u64, data: &[u8]) -> io::Result<()> {
     let mut done = 0;
     while done < data.len() {
         let rest = data.get(done..).unwrap_or_default();
-        match w.write_at(file, offset + done as u64, rest)? {
+        let n = match w.write_at(file, offset + done as u64, rest) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => r?,
+        };
+        match n {
             0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "write made no progress")),
             n if n > rest.len() => {
                 return Err(io::Error::other("backend reported more bytes written than asked"))

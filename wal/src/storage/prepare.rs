@@ -87,11 +87,13 @@ mod tests {
     use crate::storage::{FileId, FileStorage, Mapping, Reader};
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    /// Files whose next fdatasync fails when `fail_sync` is set.
+    /// Files whose next fdatasync fails when `fail_sync` is set, and whose next write is
+    /// interrupted by a signal (EINTR, nothing written) when `interrupt` is.
     #[derive(Debug)]
     struct FailingSync {
         inner: FileStorage,
         fail_sync: AtomicBool,
+        interrupt: AtomicBool,
     }
 
     impl Reader for FailingSync {
@@ -99,7 +101,13 @@ mod tests {
     }
 
     impl Writer for FailingSync {
-        crate::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_dir, zero_fill, reserve);
+        crate::forward_storage!(inner: create, remove, rename, lock_exclusive, sync_dir, zero_fill, reserve);
+        fn write_at(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<usize> {
+            if self.interrupt.swap(false, Ordering::Relaxed) {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            self.inner.write_at(file, offset, data)
+        }
         fn sync_data(&self, file: FileId) -> io::Result<()> {
             if self.fail_sync.swap(false, Ordering::Relaxed) {
                 return Err(io::Error::from_raw_os_error(5));
@@ -111,7 +119,7 @@ mod tests {
     fn storage() -> (tempfile::TempDir, FailingSync) {
         let d = tempfile::tempdir().unwrap();
         let inner = FileStorage::new(d.path(), false).unwrap();
-        (d, FailingSync { inner, fail_sync: AtomicBool::new(false) })
+        (d, FailingSync { inner, fail_sync: AtomicBool::new(false), interrupt: AtomicBool::new(false) })
     }
 
     fn bytes(w: &dyn Writer, name: &str) -> Vec<u8> {
@@ -151,7 +159,10 @@ mod tests {
         let f = w.create("old").unwrap();
         crate::storage::write_all_at(&w, f, 0, &[7u8; 8192]).unwrap();
         w.close(f);
+        // A write a signal interrupts is made again.
+        w.interrupt.store(true, Ordering::Relaxed);
         recycle_file(&w, "old", "new", 8192, &[(0, vec![0; 512]), (4096, vec![1; 16])]).unwrap();
+        assert!(!w.interrupt.load(Ordering::Relaxed));
         assert_eq!(w.list().unwrap(), ["new"]);
         let b = bytes(&w, "new");
         assert!(b[..512].iter().all(|&x| x == 0));

@@ -177,7 +177,7 @@ impl Ready {
         Ok(())
     }
 
-    /// [`Storage::wait`] for such a backend: returns at once when a completion is queued,
+    /// [`Completions::wait`] for such a backend: returns at once when a completion is queued,
     /// otherwise sleeps on the bell, which [`Ready::finish`] rings.
     pub fn wait(&self, bell: &Arc<Bell>, timeout: Option<Duration>) {
         {

@@ -15,7 +15,7 @@
 //!   gain, IOPOLL does not work on this device, and DEFER_TASKRUN with an IO_DRAIN fsync left the
 //!   waiter asleep. Ordering is the caller's: a sync is only submitted after the writes it must
 //!   cover have completed, never linked or drained;
-//! - [`Storage::wait`] sleeps in the ring: its completions and a poll on the caller's [`Bell`]
+//! - [`Completions::wait`] sleeps in the ring: its completions and a poll on the caller's [`Bell`]
 //!   (a pipe that the bell writes to when rung during the wait), with an optional timeout, so the
 //!   I/O thread wakes for whichever comes first without spinning. The poll holds no buffer, so
 //!   nothing the kernel may still touch outlives the ring.

@@ -11,7 +11,8 @@ use wal::storage::{Completions, FileId, FileStorage, Reader, Writer};
 use wal::{Epoch, Options, SegmentFill, Wal};
 
 /// `FileStorage` that records how each file was prepared: its zeros reserved (`fallocate`
-/// asked for) or written, as segment preparation asks the blocking side for them.
+/// asked for) or written, as segment preparation asks the blocking side for them. A recycled
+/// segment (no `create`, no zeros) is not recorded: the logs here are never purged, so none is.
 #[derive(Debug)]
 struct Recording {
     inner: FileStorage,

@@ -202,7 +202,7 @@ impl Walker {
     }
 
     /// Tells the walk that every byte of the file from `at` on reads as zero, because nothing
-    /// was ever written there (the engine's storage seam knows it: `Storage::written_end`): the check that the
+    /// was ever written there (the engine's storage seam knows it: `Reader::written_end`): the check that the
     /// rest of the data area and the footer slot are zero stops at `at` instead of reading
     /// (and, through a map, faulting in) up to 64 MiB of reserved blocks that the kernel
     /// would allocate and clear page by page.

@@ -8,7 +8,7 @@ use std::io;
 /// A kind of call [`Faults::fail_calls`] can fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Call {
-    /// `open` with `create_new` (also the one inside `prepare_file`).
+    /// `create` (also the one inside segment preparation).
     Create,
     Rename,
     Remove,
