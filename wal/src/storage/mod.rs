@@ -46,7 +46,7 @@ pub use file::{
 };
 pub use file_kind::{not_regular, not_regular_in, open_regular, NotRegularFile};
 pub(crate) use read_only::ReadOnly;
-pub use synchronous::{Blocking, Job, Ready, SyncThread, Synchronous};
+pub use synchronous::{run_blocking, Blocking, Job, Ready, SyncThread, Synchronous};
 #[cfg(target_os = "linux")]
 pub use uring::UringStorage;
 

@@ -49,17 +49,17 @@ impl<B: Blocking> Synchronous<B> {
     pub fn has_sync_thread(&self) -> bool {
         self.syncer.is_some()
     }
+}
 
-    fn run(&self, op: Op) -> (io::Result<u64>, Option<Vec<u8>>) {
-        let b = &self.inner;
-        match op {
-            Op::Write { file, offset, data } => {
-                (b.write_at(file, offset, &data).map(|n| n as u64), Some(data))
-            }
-            Op::SyncData { file } => (b.sync_data(file).map(|()| 0), None),
-            Op::SyncDir => (b.sync_dir().map(|()| 0), None),
-            Op::ZeroFill { file, len } => (b.zero_fill(file, len).map(|()| 0), None),
-        }
+/// Runs one submitted operation with blocking calls: its completion's result (bytes written for
+/// a write, possibly short) and a write's buffer. The synchronous driver runs every operation
+/// this way, the io_uring backend those it does not put in its ring.
+pub fn run_blocking(w: &dyn Writer, op: Op) -> (io::Result<u64>, Option<Vec<u8>>) {
+    match op {
+        Op::Write { file, offset, data } => (w.write_at(file, offset, &data).map(|n| n as u64), Some(data)),
+        Op::SyncData { file } => (w.sync_data(file).map(|()| 0), None),
+        Op::SyncDir => (w.sync_dir().map(|()| 0), None),
+        Op::ZeroFill { file, len } => (w.zero_fill(file, len).map(|()| 0), None),
     }
 }
 
@@ -92,7 +92,7 @@ impl<B: Blocking> Completions for Synchronous<B> {
             }
             return Ok(());
         }
-        let (result, buf) = self.run(sub.op);
+        let (result, buf) = run_blocking(&self.inner, sub.op);
         self.ready.push(Completion { token: sub.token, result, buf });
         Ok(())
     }

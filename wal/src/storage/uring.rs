@@ -351,15 +351,7 @@ impl Completions for UringStorage {
                 // Zero-fill and directory sync are not on the append path (nor, with inline
                 // writes, writes): they run here, on the files, and their completions join the
                 // ring's.
-                let f = &self.files;
-                let (result, buf) = match other {
-                    Op::Write { file, offset, data } => {
-                        (f.write_at(file, offset, &data).map(|n| n as u64), Some(data))
-                    }
-                    Op::SyncData { file } => (f.sync_data(file).map(|()| 0), None),
-                    Op::SyncDir => (f.sync_dir().map(|()| 0), None),
-                    Op::ZeroFill { file, len } => (f.zero_fill(file, len).map(|()| 0), None),
-                };
+                let (result, buf) = super::run_blocking(&self.files, other);
                 self.ring().done.push_back(Completion { token: sub.token, result, buf });
                 return Ok(());
             }
