@@ -174,7 +174,9 @@ pub trait Reader: Send + Sync + fmt::Debug {
         None
     }
     /// Takes the directory's lock shared (readers), failing at once with `WouldBlock` while a
-    /// writer holds it.
+    /// writer holds it. A reader that must read a live log without waiting may hand out a guard
+    /// that locks nothing, provided it finds a live writer another way and says so (the
+    /// verifier's pread directory does: it reports the log as live).
     fn lock_shared(&self) -> io::Result<LockGuard>;
 }
 
