@@ -33,16 +33,16 @@ unset WAL_MUTANT
 # name | invariant | WAL_MUTANT | targets (package:lib|test:name[:filter], space separated; a
 # filter such as `io_thread::` runs one module of a crate's test binary)
 TABLE=(
-  "mutant-apply-before-commit|I1|apply-before-commit|wal:test:engine:pipeline::"
-  "mutant-replay-ignores-dedupe|I2|replay-ignores-dedupe|wal:test:engine:state:: wal:test:engine:pipeline::"
+  "mutant-apply-before-commit|I1|apply-before-commit|wal-state:test:state:pipeline::"
+  "mutant-replay-ignores-dedupe|I2|replay-ignores-dedupe|wal-state:test:state:apply_seam:: wal-state:test:state:pipeline::"
   "mutant-ack-before-sync|I3|ack-before-sync|wal:test:engine:io_thread:: wal:test:engine:pipelining:: wal-sim:test:fault_sweep:fast_subset walcheck:test:kill9 wal-powerloss:test:powerloss:powerloss::"
   "mutant-ack-before-write|I3|ack-before-write|walcheck:test:kill9"
   "mutant-no-dir-sync|I3|no-dir-sync|wal-powerloss:test:powerloss:powerloss::"
   "mutant-attested-damage-as-torn|I4|attested-damage-as-torn|wal-format:lib:classify wal:test:engine:corruption:: wal-sim:test:fault_sweep:fast_subset"
   "mutant-append-blocks-on-sync|I5|append-blocks-on-sync|wal:test:engine:append_returns_while_the_sync_of_its_own_batch_is_held"
   "mutant-no-fence-on-sync-error|I6|no-fence-on-sync-error|wal:test:engine:recovery_modes:: wal:test:engine:io_thread:: wal:test:engine:pipelining:: wal-sim:test:fault_sweep:fast_subset"
-  "mutant-stale-epoch-accepted|I7|stale-epoch-accepted|wal:test:engine:basic:: wal:test:engine:io_thread:: wal:test:engine:pipeline:: wal-sim:test:fault_sweep:fast_subset"
-  "mutant-no-divergence-fence|I8|no-divergence-fence|wal:test:engine:pipeline::"
+  "mutant-stale-epoch-accepted|I7|stale-epoch-accepted|wal:test:engine:basic:: wal:test:engine:io_thread:: wal-state:test:state:pipeline:: wal-sim:test:fault_sweep:fast_subset"
+  "mutant-no-divergence-fence|I8|no-divergence-fence|wal-state:test:state:pipeline::"
   "mutant-rename-skips-name-check|I9|rename-skips-name-check|catalog:test:catalog:rules:: catalog:test:catalog:pipeline_races::"
   "mutant-version-not-advanced|I9|version-not-advanced|catalog:test:catalog:rules:: catalog:test:catalog:pipeline_races::"
 )

@@ -1,4 +1,4 @@
-//! Submit → applied through the commit pipeline (`wal::pipeline`, the reference catalog as the
+//! Submit → applied through the commit pipeline (`wal_state::pipeline`, the reference catalog as the
 //! state machine) next to plain durable appends through the I/O thread (`AsyncWal`) with the
 //! same entry bytes, in the same run: what the canonical order (pre-hooks, commit, apply on
 //! its own thread, notify) costs over the log alone.
@@ -18,10 +18,10 @@ use catalog::{Catalog, Command, EntityId, EntityKind};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
-use wal::state::{EntryKind, Envelope};
 use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Options, Wal};
 use wal_benches::{median, percentile, scaled};
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions};
+use wal_state::{EntryKind, Envelope};
 
 /// The timed length of one workload run, and the number of interleaved rounds (tiny in a smoke
 /// run, see `wal_benches::smoke`).

@@ -15,9 +15,9 @@ use catalog::{Catalog, Command, EntityId, EntityKind};
 use std::path::Path;
 use std::time::Instant;
 use verifier::state::{check_state, verify_with_state, StateOptions, StateVerdict};
-use wal::state::{Applier, EntryKind, Envelope, DEDUPE_WINDOW_META_KEY};
 use wal::{Epoch, Lsn, Options, Wal};
 use wal_benches::{median, scaled};
+use wal_state::{Applier, EntryKind, Envelope, DEDUPE_WINDOW_META_KEY};
 
 /// Entries in the log (a few thousand in a smoke run, see `wal_benches::smoke`).
 fn entry_count() -> u64 {

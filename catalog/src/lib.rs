@@ -1,9 +1,9 @@
 //! The reference state machine: a hierarchical entity catalog (the metadata a catalog server
-//! keeps), applied through `wal`'s one apply seam ([`wal::state::Applier`]).
+//! keeps), applied through `wal`'s one apply seam ([`wal_state::Applier`]).
 //!
 //! ```
 //! use catalog::{Catalog, Command, EntityKind, Receipt};
-//! use wal::state::{Applied, Applier, EntryKind, Envelope, Outcome};
+//! use wal_state::{Applied, Applier, EntryKind, Envelope, Outcome};
 //! use wal::{Epoch, Lsn};
 //!
 //! let mut seam = Applier::new(Catalog::new(), 0);
@@ -118,7 +118,7 @@
 //! [`diff`] / [`diff_exports`]: the first N entities in which two states differ and how, for
 //! saying where a digest disagrees.
 //!
-//! [`SetDigest`]: wal::state::SetDigest
+//! [`SetDigest`]: wal_state::SetDigest
 
 mod command;
 mod diff;

@@ -6,7 +6,7 @@ use crate::wire::Reader;
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
-use wal::state::{Committed, Outcome, SetDigest, StateMachine};
+use wal_state::{Committed, Outcome, SetDigest, StateMachine};
 
 /// The first bytes of an export.
 pub const EXPORT_MAGIC: [u8; 8] = *b"\x89CWCAT\r\n";

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use verifier::state::StateMachineSpec;
-use wal::state::{Committed, Outcome, SetDigest, StateMachine};
+use wal_state::{Committed, Outcome, SetDigest, StateMachine};
 
 /// Named counters. The canonical entity form is `name \0 value` (decimal).
 #[derive(Debug, Default)]
@@ -83,9 +83,9 @@ const SPEC: StateMachineSpec<Counters> =
 /// Writes a small log through the pipeline, then verifies it with this walcheck.
 fn demo() -> i32 {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = wal::pipeline::PipelineOptions { checkpoint_every_entries: 10, ..Default::default() };
-    let (p, _) =
-        wal::pipeline::Pipeline::open(dir.path(), opts, Default::default(), Counters::default).expect("open");
+    let opts = wal_state::pipeline::PipelineOptions { checkpoint_every_entries: 10, ..Default::default() };
+    let (p, _) = wal_state::pipeline::Pipeline::open(dir.path(), opts, Default::default(), Counters::default)
+        .expect("open");
     for i in 0..35 {
         let cmd = format!("add c{} {}", i % 4, i);
         p.submit(cmd.as_bytes(), None).expect("submit").wait().expect("applied");

@@ -5,7 +5,7 @@
 //! own state machine builds its own `walcheck` in a few lines with [`run_with`]:
 //!
 //! ```no_run
-//! # use wal::state::{Committed, Outcome, SetDigest, StateMachine};
+//! # use wal_state::{Committed, Outcome, SetDigest, StateMachine};
 //! # struct MyState;
 //! # impl StateMachine for MyState {
 //! #     const VERSION: u32 = 1;
@@ -33,7 +33,7 @@ use verifier::report::{describe, no_log_text, NoLog, EXIT_IO_ERROR};
 use verifier::state::{verify_with_state, StateMachineSpec, StateOptions};
 use verifier::{Progress, VerifyOptions};
 use wal::format::Kind;
-use wal::state::StateMachine;
+use wal_state::StateMachine;
 
 /// Exit code for bad arguments, a missing path, a directory holding no log, or a `--base` or
 /// `--state` file that cannot be used.

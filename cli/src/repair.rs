@@ -17,9 +17,9 @@ use verifier::report::{describe, EXIT_IO_ERROR};
 use verifier::state::{verify_with_state, StateMachineSpec, StateOptions};
 use verifier::VerifyOptions;
 use wal::format::{segment_file_name, CLOSE_FILE_NAME, META_FILE_NAME, SEGMENT_HEADER_LEN};
-use wal::state::StateMachine;
 use wal::storage::Writer;
 use wal::{CrcVerdict, Damage, DamageKind};
+use wal_state::StateMachine;
 
 /// What the repair does to the log.
 enum Cut {

@@ -8,7 +8,7 @@
 //! decoding:
 //!
 //! - the CRC verdict is `verifier::verify` on `DIR/log`, unchanged (the log format is ours);
-//! - the state verdict replays the log with `wal::state::Replayer` (the replay-and-compare core
+//! - the state verdict replays the log with `wal_state::Replayer` (the replay-and-compare core
 //!   the pipeline and walcheck use) from the node's snapshot file (`DIR/sm/raft-snapshot`),
 //!   feeding it the command bytes of each command entry and every checkpoint record the node's
 //!   state machine wrote, and compares the replayed state with every digest a majority of the
@@ -27,9 +27,9 @@ use catalog::Catalog;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use wal::state::Applier;
 use wal::{Durability, Options, RecoveryMode, Wal};
 use wal::{ItemKind, Replay};
+use wal_state::Applier;
 
 /// walcheck's exit code for DIVERGENT.
 pub const EXIT_DIVERGENT: i32 = 4;

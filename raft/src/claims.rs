@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use wal::state::{Applier, CompareReport, Replayer};
 use wal::{Checkpoint, Lsn};
+use wal_state::{Applier, CompareReport, Replayer};
 
 /// A claim for an index further than this behind the log's end is dropped rather than
 /// proposed; own digests and counted claims are kept for twice this distance.
@@ -211,8 +211,8 @@ fn nodes(ids: &[u64]) -> String {
 /// encoding, so it is not comparable, and never a reason to fence (the first upgraded node
 /// would otherwise be contradicted by the others and fence itself).
 pub fn comparable(cp: &Checkpoint) -> bool {
-    cp.digest_version == wal::state::DIGEST_VERSION
-        && cp.state_machine_version == <catalog::Catalog as wal::state::StateMachine>::VERSION
+    cp.digest_version == wal_state::DIGEST_VERSION
+        && cp.state_machine_version == <catalog::Catalog as wal_state::StateMachine>::VERSION
 }
 
 /// What the claims for one index decide.
@@ -430,7 +430,7 @@ impl Comparer {
 }
 
 /// A Raft log replayed at start (`verify.rs`) or offline (`check.rs`): the one loop both use.
-/// Commands go through `wal::state::Replayer` (the replay-and-compare core the pipeline and
+/// Commands go through `wal_state::Replayer` (the replay-and-compare core the pipeline and
 /// walcheck use), which compares the node's own checkpoints and keeps the states after the
 /// recent commands; each claim entry is counted, and a digest a majority of the voters agreed
 /// on is compared with the replayer's state at the claimed index (the state after the last

@@ -13,7 +13,7 @@
 //!   sees it, written but not durable), and its `IOFlushed` callback fires only after the
 //!   fdatasync that covers it completed. `save_vote`, `truncate_after` and `purge` return only
 //!   once durable; `save_committed` is a restart hint, durable with the next sync.
-//! - [`StateMachineStore`] implements `RaftStateMachine` over [`wal::state::Applier`] with the
+//! - [`StateMachineStore`] implements `RaftStateMachine` over [`wal_state::Applier`] with the
 //!   reference [`catalog::Catalog`]: the same apply function the log's replay and `walcheck`
 //!   use. Snapshots are the seam's snapshot encoding (the catalog's export), installed through
 //!   its import, kept with their Raft metadata (last log id and membership) in one durable file.
@@ -81,8 +81,8 @@ pub enum Request {
 impl Request {
     /// A catalog command as a Raft request (a command entry, with an optional request id).
     pub fn command(cmd: &catalog::Command, request_id: Option<u64>) -> Request {
-        Request::Command(wal::state::Envelope::encode(
-            wal::state::EntryKind::Command,
+        Request::Command(wal_state::Envelope::encode(
+            wal_state::EntryKind::Command,
             request_id,
             &cmd.encode(),
         ))

@@ -1,5 +1,5 @@
 //! [`StateMachineStore`]: openraft's `RaftStateMachine` over the one apply seam
-//! ([`wal::state::Applier`]) with the reference catalog.
+//! ([`wal_state::Applier`]) with the reference catalog.
 //!
 //! - `apply`: a command entry goes through `Applier::apply(index, epoch 0, bytes)`, the same
 //!   function a restart replay and `walcheck` use; blank entries only advance the applied log
@@ -11,7 +11,7 @@
 //! - The state is transient: at open it is the persisted snapshot's state (or empty), and
 //!   openraft re-applies the committed log after it (`StorageHelper::get_initial_state`, which
 //!   reads the committed id that [`crate::LogStore`] persists), through the same `apply`.
-//! - A snapshot is the apply seam's snapshot encoding (`wal::state::snapshot::encode`: the
+//! - A snapshot is the apply seam's snapshot encoding (`wal_state::snapshot::encode`: the
 //!   catalog's export, the request-id table, digest and checksums), built from a copy taken when
 //!   the builder is made (so it never sees a half-applied state), and installed through
 //!   `decode`, i.e. the catalog's import, which refuses bytes that do not rebuild the recorded
@@ -31,8 +31,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use wal::state::{snapshot, Applied, Applier, Outcome};
 use wal::{Epoch, Lsn};
+use wal_state::{snapshot, Applied, Applier, Outcome};
 
 /// Request ids are remembered for this many indexes after the entry that carried them (client
 /// retries within it apply once). Every node and every replay uses the same window.
@@ -248,7 +248,7 @@ impl StateMachineStore {
     /// change it. The entity it creates gets an id no log index reaches. Returns the last
     /// applied index.
     pub fn alter_for_test(&mut self, cmd: &catalog::Command) -> Result<Option<u64>, String> {
-        use wal::state::{Committed, EntryKind, StateMachine};
+        use wal_state::{Committed, EntryKind, StateMachine};
         let applied = self.applier.applied();
         let body = cmd.encode();
         let fake = Lsn((1 << 48) + applied.map_or(0, |l| l.0));

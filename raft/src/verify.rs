@@ -9,7 +9,7 @@
 //! seam cannot apply, or at a checkpoint of versions this build does not know (it cannot say
 //! the state agrees). [`start_role`] turns the verdict into the role the node may start in: a
 //! voter, or refused. The replay is `claims::Replayed`, the one `walraft-node check` runs
-//! (`check.rs`), over `wal::state::Replayer`, the core the pipeline and walcheck use.
+//! (`check.rs`), over `wal_state::Replayer`, the core the pipeline and walcheck use.
 //!
 //! The same replay compares the digest claims the log holds (issue 21, `claims.rs`): at every
 //! claim index past the snapshot where claims from a majority of the voters agree on a digest,
@@ -27,8 +27,8 @@ use crate::state_machine::StateMachineStore;
 use catalog::Catalog;
 use std::io;
 use std::sync::Arc;
-use wal::state::Applier;
 use wal::{AsyncWal, Checkpoint, Durability, ItemKind, Lsn, Wal};
+use wal_state::Applier;
 
 /// Records checkpoints into the Raft log (with the next batch; durable with its sync).
 #[derive(Clone, Debug)]

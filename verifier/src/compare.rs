@@ -9,9 +9,9 @@ use serde::Serialize;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
-use wal::state::{recorded_dedupe_window, Applier, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY};
 use wal::{Durability, Lsn, Options, RecoveryMode, Wal};
 use wal::{ItemKind, Replay};
+use wal_state::{recorded_dedupe_window, Applier, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY};
 
 /// The verdict of a comparison.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,12 +12,12 @@ use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use wal::state::snapshot::{self, SnapshotInfo};
-use wal::state::{
-    recorded_dedupe_window, Applier, CompareReport, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY,
-};
 use wal::ItemKind;
 use wal::{CrcVerdict, Durability, Lsn, Options, RecoveryMode, Wal};
+use wal_state::snapshot::{self, SnapshotInfo};
+use wal_state::{
+    recorded_dedupe_window, Applier, CompareReport, Replayer, StateMachine, DEDUPE_WINDOW_META_KEY,
+};
 
 /// The dedupe window a replay uses when the log does not record one (the pipeline's default).
 pub const DEFAULT_DEDUPE_WINDOW: u64 = 1 << 20;
@@ -166,7 +166,7 @@ impl StateReport {
         for l in &c.too_old {
             s.push_str(&format!(
                 "; checkpoint for LSN {l} not compared: met more than {} entries after it (FORMAT.md 10.3)",
-                wal::state::CHECKPOINT_MAX_LAG
+                wal_state::CHECKPOINT_MAX_LAG
             ));
         }
         if c.checkpoints_too_old > c.too_old.len() as u64 {
@@ -291,7 +291,7 @@ fn read_snapshot<S: StateMachine>(path: &Path) -> Result<(Applier<S>, SnapshotIn
 /// of the apply seam. `wal_raft::codec` holds them to this range (a test there).
 pub const RAFT_META_KEYS: std::ops::RangeInclusive<u32> = 0x5241_4600..=0x5241_46FF;
 
-fn not_seam_entries(d: &wal::state::Divergence, c: &CompareReport) -> bool {
+fn not_seam_entries(d: &wal_state::Divergence, c: &CompareReport) -> bool {
     d.recorded.is_none()
         && c.entries_applied == 0
         && c.checkpoints_checked == 0

@@ -104,7 +104,9 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
+    /// An I/O failure while doing `context` ("writing 00000001.wal"): [`Error::DiskFull`] when
+    /// the device is out of space (ENOSPC), else [`Error::Io`].
+    pub fn io(context: impl Into<String>, source: io::Error) -> Error {
         if source.raw_os_error() == Some(28) {
             return Error::DiskFull { context: context.into() };
         }

@@ -17,8 +17,8 @@
 //! - [`AsyncWal`] (`&self`, share it in an `Arc`): every operation of `Wal`, in queue order, on
 //!   one writer thread that groups concurrent appends into one write and one fdatasync; each
 //!   operation answers with a [`Ticket`].
-//! - [`pipeline::Pipeline`]: a [`state::StateMachine`] kept in step with the log (pre-hooks,
-//!   commit, apply, notify; checkpoints and snapshots).
+//! - The commit pipeline, in the `wal-state` crate: a state machine kept in step with the log
+//!   (pre-hooks, commit, apply, notify; checkpoints and snapshots), over an [`AsyncWal`].
 //!
 //! An open is fast (O(segments) bytes): it takes sealed segments on their footers and a clean
 //! close on `wal.close`. No write lands after an acknowledged record that fails its checksum
@@ -62,7 +62,7 @@ use wal_format::{classify, format, mutants, scan, stale};
 
 // Modules the workspace's own crates read (the verifier, walcheck, fixtures, fuzzing, the Raft
 // adapter, the tests): public only with the `internal` feature, and hidden from the docs. A
-// controller sees the root's items and the state layer (`state`, `pipeline`).
+// controller sees the root's items and `seam` (the state layer is the `wal-state` crate).
 #[cfg(feature = "internal")]
 #[doc(hidden)]
 pub mod lifecycle;
@@ -86,12 +86,10 @@ mod log;
 mod log_files;
 mod metrics;
 mod open;
-pub mod pipeline;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
 mod replay;
 mod segment_read;
-pub mod state;
 mod ticket;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
@@ -100,7 +98,14 @@ pub use log::{Backend, Checkpoint, OpenCheck, OpenReport, Options, PurgeReport, 
 pub use metrics::{Histogram, Stats};
 pub use recovery::RecoveryMode;
 pub use replay::{Entries, Item, ItemKind, Replay};
-pub use ticket::{Ack, Completion, DurableFuture, Failure, Notify, Stage, Ticket};
+pub use ticket::{Ack, Completion, DurableFuture, Failure, Notify, Resolver, Stage, Ticket};
+
+/// The storage seam's read and write sides, for a layer that keeps files of its own beside the
+/// log through the same backend the log runs on (the state crate's snapshots: real files here,
+/// the simulator in its crash tests). [`seam::FileStorage`] is real files in a directory.
+pub mod seam {
+    pub use crate::storage::{write_all_at, FileId, FileStorage, LockGuard, Mapping, Reader, Writer};
+}
 
 #[cfg(feature = "internal")]
 #[doc(hidden)]

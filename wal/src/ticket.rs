@@ -2,7 +2,8 @@
 //! `Result<T, Failure>`.
 //!
 //! The writer's acknowledgement of an append is a [`Ticket`] (`Ack<Lsn>`); the commit
-//! pipeline's of a command is an `Ack<`[`crate::pipeline::Done`]`>`. An acknowledgement has two
+//! pipeline's (the `wal-state` crate) of a command is an `Ack<Done>`, made with
+//! [`Ack::pending`] and resolved by its apply thread through the [`Resolver`]. An acknowledgement has two
 //! words. Its *outcome* resolves once, to the value or a failure. Its *final* outcome (its last
 //! word) says durable or failed: for a [`crate::Durability::Durable`] entry, and for the
 //! pipeline's commands, it is the outcome itself; a [`crate::Durability::Written`] entry's
@@ -13,8 +14,9 @@
 //!
 //! Who resolves an acknowledgement decides what runs there. The writer's I/O thread only stores
 //! outcomes, notifies a condition variable and wakes wakers: it never runs user code, so a
-//! callback can only be given to the pipeline's acknowledgements, which its apply thread (where
-//! hooks run anyway) resolves.
+//! callback ([`Ack::on_resolved`]) can only be given to an acknowledgement made with
+//! [`Ack::pending`], whose [`Resolver`] runs it on the thread that resolves (the pipeline's
+//! apply thread, where hooks run anyway).
 
 use crate::Lsn;
 use std::fmt;
@@ -130,6 +132,9 @@ pub(crate) struct Inner<T> {
     /// A writer's completion channel (never set on the pipeline's acknowledgements).
     notify: Option<Notify>,
     lsn: Lsn,
+    /// Made by [`Ack::pending`]: a [`Resolver`] settles it, on a thread that may run user code,
+    /// so it takes a callback. The writer's tickets never do.
+    takes_callbacks: bool,
 }
 
 impl<T> Inner<T> {
@@ -270,8 +275,8 @@ impl Inner<Lsn> {
 }
 
 /// The acknowledgement of one submission, resolving to `Result<T, Failure>`: an append's
-/// ([`Ticket`], `T` = its [`Lsn`]) or a pipeline command's (`T` =
-/// [`crate::pipeline::Done`]). Clones share the outcome.
+/// ([`Ticket`], `T` = its [`Lsn`]) or a pipeline command's (`T` = the state crate's `Done`).
+/// Clones share the outcome.
 pub struct Ack<T> {
     pub(crate) inner: Arc<Inner<T>>,
     /// The LSN the entry was given at submission.
@@ -280,6 +285,33 @@ pub struct Ack<T> {
 
 /// The writer's acknowledgement of one append (or operation): resolves to the entry's LSN.
 pub type Ticket = Ack<Lsn>;
+
+/// The resolving side of an acknowledgement made with [`Ack::pending`]: whoever holds it gives
+/// the outcome, once.
+pub struct Resolver<T> {
+    inner: Arc<Inner<T>>,
+}
+
+impl<T> fmt::Debug for Resolver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resolver").field("lsn", &self.inner.lsn).finish()
+    }
+}
+
+impl<T: Clone> Resolver<T> {
+    /// Gives the acknowledgement its outcome: waiters wake, futures are woken, and the callback
+    /// given with [`Ack::on_resolved`], if any, runs here, on this thread. A panic in the
+    /// callback is caught and handed back (the outcome stands), for the caller to treat as a
+    /// panic in its own user code.
+    pub fn resolve(self, outcome: Result<T, Failure>) -> std::thread::Result<()> {
+        match self.inner.settle(&outcome) {
+            Settlement::SettledWithCallback(cb) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&outcome)))
+            }
+            Settlement::Settled | Settlement::AlreadySettled => Ok(()),
+        }
+    }
+}
 
 impl<T> Clone for Ack<T> {
     fn clone(&self) -> Self {
@@ -295,9 +327,41 @@ impl<T: fmt::Debug> fmt::Debug for Ack<T> {
 
 impl<T: Clone> Ack<T> {
     pub(crate) fn new(lsn: Lsn, notify: Option<Notify>) -> Ack<T> {
+        Self::make(lsn, notify, false)
+    }
+
+    fn make(lsn: Lsn, notify: Option<Notify>, takes_callbacks: bool) -> Ack<T> {
         let state =
             State { outcome: None, last: None, waker: None, last_waker: None, waiters: 0, callback: None };
-        Ack { inner: Arc::new(Inner { state: Mutex::new(state), done: Condvar::new(), notify, lsn }), lsn }
+        let inner = Inner { state: Mutex::new(state), done: Condvar::new(), notify, lsn, takes_callbacks };
+        Ack { inner: Arc::new(inner), lsn }
+    }
+
+    /// A new, unresolved acknowledgement for an entry at `lsn`, and the one handle that
+    /// resolves it. For a layer above the log that decides outcomes itself (the commit pipeline
+    /// resolves a command once it is committed and applied): the acknowledgement goes to the
+    /// caller, the resolver stays with the layer. Such an acknowledgement takes callbacks
+    /// ([`Ack::on_resolved`]), which run on the thread that calls [`Resolver::resolve`].
+    pub fn pending(lsn: Lsn) -> (Ack<T>, Resolver<T>) {
+        let ack = Self::make(lsn, None, true);
+        let resolver = Resolver { inner: ack.inner.clone() };
+        (ack, resolver)
+    }
+
+    /// Runs `f` with the outcome once it is known, on the thread that resolves it (at once, on
+    /// this thread, if it already is). Only an acknowledgement made with [`Ack::pending`] takes
+    /// one: its resolver's thread may run user code. A writer's [`Ticket`] is resolved by the
+    /// I/O thread, which never does, and is refused with [`crate::Error::InvalidArgument`]
+    /// (use a completion channel, [`Notify`], instead).
+    pub fn on_resolved(&self, f: impl FnOnce(&Result<T, Failure>) + Send + 'static) -> crate::Result<()> {
+        if !self.inner.takes_callbacks {
+            return Err(crate::Error::InvalidArgument(
+                "a writer's ticket takes no callback (its I/O thread runs no user code); use a completion channel"
+                    .into(),
+            ));
+        }
+        self.inner.on_last_word(Box::new(f));
+        Ok(())
     }
 
     /// The outcome if it is known, without blocking.
@@ -390,6 +454,67 @@ impl<T: Clone> Future for Ack<T> {
                 Poll::Pending
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A resolver's outcome reaches every clone, and the callback runs once, on the resolving
+    /// thread, with that outcome.
+    #[test]
+    fn a_pending_acknowledgement_is_resolved_by_its_resolver_and_runs_its_callback_there() {
+        let (ack, resolver) = Ack::<u32>::pending(Lsn(3));
+        let clone = ack.clone();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r2 = ran.clone();
+        let here = std::thread::current().id();
+        ack.on_resolved(move |o| {
+            assert_eq!(o, &Ok(9));
+            assert_ne!(std::thread::current().id(), here, "the callback ran on the registering thread");
+            r2.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        assert_eq!(ack.poll_outcome(), None);
+        std::thread::spawn(move || resolver.resolve(Ok(9)).unwrap()).join().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert_eq!(clone.wait(), Ok(9));
+        assert_eq!(clone.wait_durable(), Ok(9));
+        assert_eq!(ack.lsn, Lsn(3));
+    }
+
+    /// A callback given after the outcome runs at once, on the caller's thread.
+    #[test]
+    fn a_callback_given_after_the_outcome_runs_at_once() {
+        let (ack, resolver) = Ack::<u32>::pending(Lsn(1));
+        resolver.resolve(Err(Failure::Rejected("no".into()))).unwrap();
+        let seen = Arc::new(Mutex::new(None));
+        let s2 = seen.clone();
+        ack.on_resolved(move |o| *s2.lock().unwrap() = Some(o.clone())).unwrap();
+        assert_eq!(*seen.lock().unwrap(), Some(Err(Failure::Rejected("no".into()))));
+    }
+
+    /// A panic in the callback is handed back to the resolver; the outcome stands.
+    #[test]
+    fn a_panicking_callback_is_handed_back_and_the_outcome_stands() {
+        let (ack, resolver) = Ack::<u32>::pending(Lsn(1));
+        ack.on_resolved(|_| panic!("callback boom")).unwrap();
+        let panic = resolver.resolve(Ok(5)).expect_err("the panic is handed back");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"callback boom"));
+        assert_eq!(ack.wait(), Ok(5));
+    }
+
+    /// The writer's tickets are resolved by the I/O thread, which runs no user code: they
+    /// refuse a callback, and nothing is registered.
+    #[test]
+    fn a_writer_ticket_refuses_a_callback() {
+        let t = Ticket::new(Lsn(1), None);
+        let e = t.on_resolved(|_| unreachable!("a ticket ran a callback")).unwrap_err();
+        assert!(matches!(e, crate::Error::InvalidArgument(_)), "{e}");
+        t.inner.resolve(Ok(Lsn(1)));
+        assert_eq!(t.wait(), Ok(Lsn(1)));
     }
 }
 

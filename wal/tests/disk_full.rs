@@ -173,7 +173,7 @@ fn the_size_budget_refuses_before_the_file_system_is_full() {
 #[test]
 fn the_pipeline_on_a_full_file_system_rejects_without_applying_and_restarts_clean() {
     let _serial = serial();
-    use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
+    use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions};
     let Some((fs, ballast)) = SmallFs::mount_with_ballast() else { return };
     let dir = fs.path();
     let o = PipelineOptions {

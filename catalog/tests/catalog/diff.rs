@@ -2,7 +2,7 @@
 
 use crate::common::Harness;
 use catalog::{diff, diff_exports, Difference, EntityId, EntityKind};
-use wal::state::StateMachine;
+use wal_state::StateMachine;
 
 #[test]
 fn the_diff_lists_the_first_n_differences_in_id_order_with_what_differs() {

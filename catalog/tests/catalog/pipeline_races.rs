@@ -4,11 +4,11 @@
 
 use catalog::{Catalog, Command, EntityId, EntityKind, Receipt};
 use std::sync::{Arc, Barrier};
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions, Resolution};
-use wal::state::{Applied, Outcome};
 use wal::storage::Storage;
 use wal::{Options, Wal};
 use wal_sim::MemStorage;
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions, Resolution};
+use wal_state::{Applied, Outcome};
 
 fn start() -> Pipeline<Catalog> {
     let st = MemStorage::new();

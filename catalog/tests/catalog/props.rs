@@ -4,7 +4,7 @@
 //!     outcomes and final entities equal those of a naive model of the rules;
 //! (b) a second run gives the same outcomes, digest and export;
 //! (c) export → import gives the same catalog, digest and export bytes;
-//! (d) a snapshot (export/import through `wal::state::snapshot`) at a random point plus the
+//! (d) a snapshot (export/import through `wal_state::snapshot`) at a random point plus the
 //!     suffix gives the same state as the whole sequence.
 //!
 //! And fuzz-style: random or damaged bytes never make `Command::decode` or `import` panic.
@@ -12,8 +12,8 @@
 use crate::common::payload;
 use catalog::{Catalog, Command, Entity, EntityId, EntityKind, Op, Receipt, Refusal};
 use proptest::prelude::*;
-use wal::state::{snapshot, Applied, Applier, Outcome, StateMachine};
 use wal::{Epoch, Lsn};
+use wal_state::{snapshot, Applied, Applier, Outcome, StateMachine};
 
 /// Which entity a generated command aims at, resolved against the state when it is generated.
 #[derive(Clone, Debug)]

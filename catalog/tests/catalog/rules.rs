@@ -3,7 +3,7 @@
 
 use crate::common::Harness;
 use catalog::{Catalog, EntityId, EntityKind, Op, Receipt, Refusal};
-use wal::state::{Outcome, SetDigest, StateMachine};
+use wal_state::{Outcome, SetDigest, StateMachine};
 
 use EntityKind::{Catalog as Cat, Metalake, Schema, Table};
 
@@ -224,7 +224,7 @@ fn an_exhausted_version_counter_is_refused_not_wrapped() {
     bytes[16..24].copy_from_slice(&1u64.to_le_bytes());
     e.write_canonical(&mut bytes);
     let c = Catalog::import(&bytes).unwrap();
-    let mut h = Harness { a: wal::state::Applier::new(c, 0), next: 2 };
+    let mut h = Harness { a: wal_state::Applier::new(c, 0), next: 2 };
     assert_eq!(
         h.update(EntityId(1), u64::MAX, b"x"),
         Err(Refusal::VersionExhausted { id: EntityId(1) }.to_string())

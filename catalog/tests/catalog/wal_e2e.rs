@@ -6,10 +6,10 @@
 use crate::common::{payload, scripted};
 use catalog::{diff, Catalog};
 use std::sync::Arc;
-use wal::state::snapshot::{list_snapshots, read_snapshot, write_snapshot};
-use wal::state::{Applier, CompareReport, Replayer, StateMachine};
 use wal::{Durability, Epoch, Lsn, Options, Wal};
 use wal_sim::{MemStorage, Rng};
+use wal_state::snapshot::{list_snapshots, read_snapshot, write_snapshot};
+use wal_state::{Applier, CompareReport, Replayer, StateMachine};
 
 fn open(st: &MemStorage) -> Wal {
     let opts = Options { segment_len_bytes: 64 * 1024, ..Options::default() };

@@ -4,8 +4,8 @@
 use crate::common::walcheck;
 use catalog::{Command, EntityKind};
 use std::path::Path;
-use wal::state::{EntryKind, Envelope};
 use wal::{Epoch, Lsn, Options, Wal};
+use wal_state::{EntryKind, Envelope};
 
 /// A log of 4000 creates in 64 KiB segments, purged below `purge` (whole segments only);
 /// with `other`, the entry at that LSN carries another name.

@@ -5,8 +5,8 @@
 use catalog::{Catalog, Command, EntityId, EntityKind};
 use std::ffi::OsString;
 use std::path::Path;
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal::{Epoch, Lsn, Options, Wal};
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions};
 
 fn write_log(dir: &Path, n: u64, snapshot_at: Option<u64>) -> Option<String> {
     let opts =
@@ -68,7 +68,7 @@ fn a_pipeline_log_is_clean_and_says_through_which_lsn() {
 /// Appends a checkpoint record to a closed log (as a controller with a bug would).
 fn append_checkpoint(dir: &Path, lsn: u64, f: impl FnOnce(&mut wal::Checkpoint)) {
     let (mut log, _) = Wal::open(dir, Options::default()).unwrap();
-    let mut replayer = wal::state::Replayer::new(wal::state::Applier::new(Catalog::new(), 1 << 20));
+    let mut replayer = wal_state::Replayer::new(wal_state::Applier::new(Catalog::new(), 1 << 20));
     replayer.run(&mut log.replay_from(None, wal::Durability::Durable).unwrap()).unwrap();
     let mut cp = replayer.applier().checkpoint();
     f(&mut cp);
@@ -157,7 +157,7 @@ fn replicas_with_the_same_entries_agree_and_a_changed_one_does_not() {
         name: "odd".into(),
         props: vec![],
     };
-    log.append(Epoch(0), &wal::state::Envelope::encode(wal::state::EntryKind::Command, None, &odd.encode()))
+    log.append(Epoch(0), &wal_state::Envelope::encode(wal_state::EntryKind::Command, None, &odd.encode()))
         .unwrap();
     log.close().unwrap();
     let args: Vec<OsString> =
@@ -237,7 +237,7 @@ fn one_pass_and_a_separate_replay_give_the_same_state_report() {
     let d = tempfile::tempdir().unwrap();
     write_log(d.path(), 12, None);
     let (mut log, _) = Wal::open(d.path(), Options::default()).unwrap();
-    log.set_meta(wal::state::DEDUPE_WINDOW_META_KEY, &5u64.to_le_bytes()).unwrap();
+    log.set_meta(wal_state::DEDUPE_WINDOW_META_KEY, &5u64.to_le_bytes()).unwrap();
     log.close().unwrap();
     assert!(!compare(d.path()).0, "a changed window is replayed separately");
 

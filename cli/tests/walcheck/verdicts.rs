@@ -6,8 +6,8 @@
 use crate::common::{fixture, walcheck};
 use catalog::{Catalog, Command, EntityKind};
 use std::path::Path;
-use wal::state::{Applier, EntryKind, Envelope};
 use wal::{Epoch, Lsn, Options, Wal};
+use wal_state::{Applier, EntryKind, Envelope};
 
 /// A create of a metalake through the apply seam, with this request id.
 fn create_with(name: &str, request: Option<u64>) -> Vec<u8> {
@@ -68,7 +68,7 @@ fn entries_after_the_last_checkpoint_are_named_in_the_text() {
 #[test]
 fn a_checkpoint_too_far_behind_is_named_with_its_lsn() {
     let d = tempfile::tempdir().unwrap();
-    let n = wal::state::CHECKPOINT_MAX_LAG + 10;
+    let n = wal_state::CHECKPOINT_MAX_LAG + 10;
     let opts = Options { segment_len_bytes: 16 << 20, ..Options::default() };
     let (mut log, _) = Wal::open(d.path(), opts).unwrap();
     // One create, then retries of it (duplicates: cheap to apply, each one an entry).

@@ -1,6 +1,6 @@
 //! 3-node replicated commit (three `walraft-node` processes on loopback, writes through the
 //! TCP client API, acknowledged when committed by a majority and applied) next to the
-//! single-node commit pipeline (`wal::pipeline`, durable ⇒ committed, applied), and next to
+//! single-node commit pipeline (`wal_state::pipeline`, durable ⇒ committed, applied), and next to
 //! the same three nodes on raft-log's log store (`raft_log_store.rs`: the same node code,
 //! openraft, state machine, network and clients; this benchmark's own binary runs those nodes,
 //! `--raft-log-node`), in the same run, with the same entries: about 256-byte catalog creates
@@ -25,11 +25,11 @@ use std::net::TcpListener;
 use std::process::{Child, Command as Proc, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal_raft::client::Client;
 use wal_raft::net::wire::WriteReply;
 use wal_raft::node::{NodeConfig, Started};
 use wal_raft::{IoStats, Response};
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions};
 
 /// Under `cargo test` (cargo passes `--bench` only from `cargo bench`) the benchmark runs once
 /// at a tiny size: CI runs its code, and its numbers mean nothing.

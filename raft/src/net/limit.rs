@@ -31,7 +31,7 @@
 use crate::net::append::max_entry_data;
 use crate::net::frame::{frame_len, TooLarge};
 use crate::net::wire::{Msg, WriteReply};
-use wal::state::ENVELOPE_LEN;
+use wal_state::ENVELOPE_LEN;
 
 /// The largest command (in the catalog's encoding) whose log entry an append-entries frame of
 /// `max_frame` bytes carries alone: the apply seam's envelope goes in front of it.

@@ -216,7 +216,7 @@ async fn a_log_that_starts_past_its_snapshot_is_divergent_with_the_missing_index
 /// replica's own commands are `cmds` or `third`. With `claims` false, no claim entries: the
 /// log as it was before claims existed.
 fn claimed_log(cmds: &[String], third: &[String], every: u64, claims: bool) -> (Vec<Entry>, Vec<Entry>) {
-    use wal::state::Applier;
+    use wal_state::Applier;
     let voters: std::collections::BTreeSet<u64> = [1, 2, 3].into();
     let nodes = voters.iter().map(|n| (*n, openraft::BasicNode::new(format!("n{n}")))).collect::<Vec<_>>();
     let membership = wal_raft::Membership::new(

@@ -91,12 +91,15 @@ pub struct Completion {
 
 /// Read-only bytes of a whole file: a memory map for real files, a shared copy in memory.
 pub enum Mapping {
+    /// A read-only memory map of a real file.
     Mmap(memmap2::Mmap),
+    /// A copy shared with the backend (the simulator's file contents).
     Bytes(Arc<[u8]>),
     /// A copy read into a zeroed allocation: the pages nothing was copied into (zeros the
     /// reader skipped, a file's unwritten rest) are never touched, so they cost no memory.
     /// (An `Arc<[u8]>` made from such a `Vec` would copy, touching every page.)
     Shared(Arc<Vec<u8>>),
+    /// An empty file (a zero-length map is an error on Linux).
     Empty,
 }
 
@@ -122,6 +125,8 @@ impl fmt::Debug for Mapping {
 pub struct LockGuard(#[allow(dead_code)] Box<dyn Send + Sync>);
 
 impl LockGuard {
+    /// A guard that holds whatever `inner` is (a locked file, a simulator's lock entry) until
+    /// it is dropped.
     pub fn new(inner: Box<dyn Send + Sync>) -> Self {
         LockGuard(inner)
     }
@@ -135,7 +140,7 @@ impl fmt::Debug for LockGuard {
 
 /// The read side of the seam: naming, opening and reading the files of a log directory. It is
 /// all a reader needs (the verifier implements only this, `verifier::pread::ReadOnlyDir`), and
-/// all a scan, a replay or a read-only open ([`crate::Wal::open_reader`]) calls.
+/// all a scan, a replay or a read-only open (`Wal::open_reader`, for the workspace) calls.
 pub trait Reader: Send + Sync + fmt::Debug {
     /// Names of the files in the log directory.
     fn list(&self) -> io::Result<Vec<String>>;
@@ -152,7 +157,9 @@ pub trait Reader: Send + Sync + fmt::Debug {
     /// Opens the existing file `name` (for writing too, on a backend that also implements
     /// [`Writer`]).
     fn open(&self, name: &str) -> io::Result<FileId>;
+    /// Closes a file opened or created here; its id is not used again.
     fn close(&self, file: FileId);
+    /// The file's length in bytes.
     fn len(&self, file: FileId) -> io::Result<u64>;
     /// Positional read; returns the bytes read (0 at end of file).
     fn read_at(&self, file: FileId, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
@@ -181,7 +188,7 @@ pub trait Reader: Send + Sync + fmt::Debug {
 }
 
 /// The directory and blocking write side: creating, removing and renaming names, and the
-/// synchronous writes and syncs that segment preparation and recycling ([`prepare`]), the
+/// synchronous writes and syncs that segment preparation and recycling (`storage::prepare`), the
 /// metadata files and repairs make. Each call has run (or failed) when it returns.
 pub trait Writer: Reader {
     /// Creates `name`, which must not exist yet, for reading and writing.

@@ -8,9 +8,9 @@ use crate::common::dir_bytes::dir_bytes;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal::{AsyncOptions, AsyncWal, CrcVerdict, Damage, Durability, Epoch, Error, OpenCheck, Options, Wal};
 use wal_sim::workload::kv::Kv;
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions};
 
 const SEG: u32 = 64 * 1024;
 

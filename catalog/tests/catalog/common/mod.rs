@@ -1,9 +1,9 @@
 //! Helpers shared by the catalog's integration tests: commands applied through the one apply
-//! seam (`wal::state::Applier`), never by calling the state machine directly.
+//! seam (`wal_state::Applier`), never by calling the state machine directly.
 
 use catalog::{Catalog, Command, EntityId, EntityKind, Receipt};
-use wal::state::{Applied, Applier, EntryKind, Envelope, Outcome, StateMachine};
 use wal::{Epoch, Lsn};
+use wal_state::{Applied, Applier, EntryKind, Envelope, Outcome, StateMachine};
 
 /// An applier over a catalog that hands out LSNs 1, 2, 3, … (or any increasing LSNs).
 pub struct Harness {
@@ -89,7 +89,7 @@ impl Harness {
         self.run(Command::Drop { id, expected_version, cascade })
     }
 
-    pub fn digest(&self) -> wal::state::SetDigest {
+    pub fn digest(&self) -> wal_state::SetDigest {
         self.a.state().digest()
     }
 }

@@ -21,8 +21,8 @@ use catalog::{Catalog, EntityId};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions, Resolution};
-use wal::state::Applied;
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions, Resolution};
+use wal_state::Applied;
 
 const PER_PHASE: u64 = 200;
 const WINDOW: u64 = 8;
@@ -90,7 +90,7 @@ pub fn run(dir: &Path, seed: u64, acker: &Acker) -> Result<(), String> {
 /// Snapshot files in `dir`, newest first.
 fn snapshots(dir: &Path) -> Vec<PathBuf> {
     let Ok(st) = wal::storage::FileStorage::new(dir, false) else { return Vec::new() };
-    let mut names = wal::state::snapshot::list_snapshots(&st).unwrap_or_default();
+    let mut names = wal_state::snapshot::list_snapshots(&st).unwrap_or_default();
     names.reverse();
     names.into_iter().map(|(_, n)| dir.join(n)).collect()
 }

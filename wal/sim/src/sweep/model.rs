@@ -4,8 +4,8 @@
 use crate::workload::history::{apply as apply_op, History};
 use crate::workload::kv::Kv;
 use std::collections::BTreeMap;
-use wal::state::Applier;
 use wal::{Checkpoint, Epoch, Lsn};
+use wal_state::Applier;
 
 /// A state the log may recover to: its entries and (computed when first needed) the digest
 /// replaying them through the apply seam gives.

@@ -6,9 +6,9 @@ use super::SEG;
 use crate::workload::kv::Kv;
 use crate::MemStorage;
 use std::sync::Arc;
-use wal::state::snapshot::{list_snapshots, read_snapshot};
-use wal::state::{Applier, Replayer};
 use wal::{Checkpoint, CrcVerdict, Durability, Error, Lsn, Options, RecoveryMode, Wal};
+use wal_state::snapshot::{list_snapshots, read_snapshot};
+use wal_state::{Applier, Replayer};
 
 /// Verdicts a crash image may have when every unsynced sector is new or old.
 pub(super) const ZERO: &[CrcVerdict] = &[CrcVerdict::Ok, CrcVerdict::TornTail];

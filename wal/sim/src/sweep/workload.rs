@@ -8,10 +8,10 @@ use crate::workload::history::{apply as apply_op, next_lsn_after, seeded, Histor
 use crate::{MemState, MemStorage};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use wal::state::snapshot::write_snapshot;
-use wal::state::{EntryKind, Envelope};
 use wal::storage::Storage;
 use wal::{Checkpoint, Epoch, Error, Lsn, Options, Wal};
+use wal_state::snapshot::write_snapshot;
+use wal_state::{EntryKind, Envelope};
 
 /// What the observer needs of the workload at a crash point (updated by the workload between
 /// log calls, never during one: the observer runs inside them).

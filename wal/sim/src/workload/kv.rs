@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use wal::state::{Committed, Outcome, SetDigest, StateMachine};
+use wal_state::{Committed, Outcome, SetDigest, StateMachine};
 
 /// `put k v` / `del k`; deleting a missing key is a domain refusal.
 #[derive(Debug, Default)]

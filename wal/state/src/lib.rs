@@ -1,4 +1,7 @@
-//! The state-machine contract and the one apply seam (docs/invariants.md I1, I2, I8).
+//! The state layer over the log: the state-machine contract and the one apply seam
+//! (docs/invariants.md I1, I2, I8), the state digest, replay-and-compare, snapshots, and the
+//! commit pipeline ([`pipeline`]). It is built on the engine's public API alone (`wal` without
+//! its workspace-only `internal` feature).
 //!
 //! A controller's authoritative state is a deterministic [`StateMachine`]. Entries reach it
 //! through exactly one function, [`Applier::apply`], online (after commit) and on restart replay
@@ -8,10 +11,13 @@
 //! replay against every checkpoint it meets. Snapshots ([`snapshot`]) are the state machine's
 //! export at an LSN, with their own checksum and digest.
 
+#![deny(missing_docs)]
+
 mod apply;
 mod compare;
 mod digest;
 mod envelope;
+pub mod pipeline;
 pub mod snapshot;
 
 pub(crate) use apply::panic_message;
@@ -20,7 +26,7 @@ pub use compare::{CompareReport, Divergence, Replayer, CHECKPOINT_MAX_LAG};
 pub use digest::{SetDigest, DIGEST_VERSION};
 pub use envelope::{EntryKind, Envelope, ENVELOPE_LEN, ENVELOPE_VERSION};
 
-use crate::{Epoch, Lsn};
+use wal::{Epoch, Lsn};
 
 /// The log metadata key under which the pipeline records its dedupe window (u64 LE), so every
 /// replay of the log (a restart, `walcheck`) drops duplicates exactly as the online path did.

@@ -3,8 +3,8 @@
 //! pre-hooks → commit → apply → notify runs end to end. A job array is one atomic user batch.
 //!
 //! ```sh
-//! cargo run -p wal --example job_controller            # in a temporary directory
-//! cargo run -p wal --example job_controller -- <DIR>   # or in <DIR> (run it twice: restart)
+//! cargo run -p wal-state --example job_controller            # in a temporary directory
+//! cargo run -p wal-state --example job_controller -- <DIR>   # or in <DIR> (run it twice: restart)
 //! ```
 //!
 //! It submits jobs and a job array, lets two worker threads report on them, closes, reopens
@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use wal::pipeline::{AfterHook, Hooks, Notice, Pipeline, PipelineOptions, PreHook, Proposal};
-use wal::state::{Committed, EntryKind, Outcome, SetDigest, StateMachine};
+use wal_state::pipeline::{AfterHook, Hooks, Notice, Pipeline, PipelineOptions, PreHook, Proposal};
+use wal_state::{Committed, EntryKind, Outcome, SetDigest, StateMachine};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum JobState {
@@ -269,11 +269,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The client reply for an apply outcome.
-fn reply(a: &wal::state::Applied) -> String {
+fn reply(a: &wal_state::Applied) -> String {
     match a {
-        wal::state::Applied::Outcome(Outcome::Done(r)) => String::from_utf8_lossy(r).into_owned(),
-        wal::state::Applied::Outcome(Outcome::Refused(why)) => format!("refused: {why}"),
-        wal::state::Applied::Duplicate { first_lsn } => format!("duplicate of LSN {first_lsn}"),
+        wal_state::Applied::Outcome(Outcome::Done(r)) => String::from_utf8_lossy(r).into_owned(),
+        wal_state::Applied::Outcome(Outcome::Refused(why)) => format!("refused: {why}"),
+        wal_state::Applied::Duplicate { first_lsn } => format!("duplicate of LSN {first_lsn}"),
     }
 }
 

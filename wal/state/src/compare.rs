@@ -10,10 +10,10 @@
 //! behind than that (FORMAT.md section 10.3); one that is, is counted as too old, not checked.
 
 use super::{Applied, Applier, SetDigest, StateMachine, DIGEST_VERSION};
-use crate::log::Checkpoint;
-use crate::replay::{ItemKind, Replay};
-use crate::{Epoch, Lsn};
 use std::collections::VecDeque;
+use wal::Checkpoint;
+use wal::{Epoch, Lsn};
+use wal::{ItemKind, Replay};
 
 /// How many entries a checkpoint may trail the log's end when it is written.
 pub const CHECKPOINT_MAX_LAG: u64 = 65_536;
@@ -104,7 +104,7 @@ impl<S: StateMachine> Replayer<S> {
             return;
         }
         // Mutant (tools/mutants.sh, I2): replay drops the dedupe window the online path keeps.
-        if crate::mutants::on("replay-ignores-dedupe") {
+        if wal_format::mutants::on("replay-ignores-dedupe") {
             self.applier.mutant_forget_request_ids();
         }
         match self.applier.apply(lsn, epoch, payload) {
@@ -221,7 +221,7 @@ impl<S: StateMachine> Replayer<S> {
 
     /// Feeds every remaining item of `replay`; stops early at a divergence. Damage in the log
     /// is returned as the error it is.
-    pub fn run(&mut self, replay: &mut Replay) -> crate::Result<()> {
+    pub fn run(&mut self, replay: &mut Replay) -> wal::Result<()> {
         while let Some(item) = replay.next() {
             let item = item?;
             match item.kind {

@@ -4,15 +4,14 @@
 
 use super::Resolution as Outcome;
 use super::{AfterHook, CommitPolicy, Core, Done, Item, Msg, Notice};
-use crate::state::snapshot::{list_snapshots, write_snapshot};
-use crate::state::{panic_message, Envelope, StateMachine};
-use crate::storage::{complete, Op};
-use crate::ticket::{Ack, Completion, Failure, Settlement};
-use crate::{Epoch, Lsn};
+use crate::snapshot::{list_snapshots, write_snapshot};
+use crate::{panic_message, Envelope, StateMachine};
 use crossbeam_channel::{select, Receiver};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
+use wal::{Completion, Failure, Resolver};
+use wal::{Epoch, Lsn};
 
 /// One submission: a single entry or a user batch, committed together.
 struct Entry {
@@ -118,7 +117,7 @@ impl<S: StateMachine> Loop<'_, S> {
     fn advance(&mut self) {
         // Mutant (tools/mutants.sh, I1): apply each entry as soon as it is submitted, before
         // its log outcome (durable, failed) or its commit is known.
-        while crate::mutants::on("apply-before-commit") {
+        while wal_format::mutants::on("apply-before-commit") {
             let Some(e) = self.queue.pop_front() else { break };
             self.apply(e);
         }
@@ -233,12 +232,10 @@ impl<S: StateMachine> Loop<'_, S> {
 
     /// Resolves a command's acknowledgement and runs the callback given for it, here: the
     /// apply thread is where user code may run.
-    fn resolve(&self, ack: Option<Ack<Done>>, outcome: Outcome) {
+    fn resolve(&self, ack: Option<Resolver<Done>>, outcome: Outcome) {
         let Some(ack) = ack else { return };
-        if let Settlement::SettledWithCallback(cb) = ack.inner.settle(&outcome) {
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cb(&outcome))) {
-                self.core.fence(format!("a ticket callback panicked: {}", panic_message(&*panic)));
-            }
+        if let Err(panic) = ack.resolve(outcome) {
+            self.core.fence(format!("a ticket callback panicked: {}", panic_message(&*panic)));
         }
     }
 
@@ -255,12 +252,12 @@ impl<S: StateMachine> Loop<'_, S> {
         self.last_checkpoint = Instant::now();
     }
 
-    fn snapshot(&mut self) -> crate::Result<String> {
+    fn snapshot(&mut self) -> wal::Result<String> {
         self.since_snapshot = 0;
         let (name, applied) = {
             let a = self.core.read();
             if let Some(why) = a.fenced() {
-                return Err(crate::Error::Fenced { cause: why.to_string() });
+                return Err(wal::Error::Fenced { cause: why.to_string() });
             }
             (write_snapshot(&*self.core.snapshots, &a, self.core.log_id)?, a.applied())
         };
@@ -270,10 +267,10 @@ impl<S: StateMachine> Loop<'_, S> {
             let snaps = list_snapshots(st)?;
             let keep_from = snaps.len().saturating_sub(2);
             for (_, old) in snaps.get(..keep_from).unwrap_or_default() {
-                st.remove(old).map_err(|e| crate::Error::io(format!("removing {old}"), e))?;
+                st.remove(old).map_err(|e| wal::Error::io(format!("removing {old}"), e))?;
             }
             if keep_from > 0 {
-                complete(st, 0, Op::SyncDir).map_err(|e| crate::Error::io("syncing the directory", e))?;
+                st.sync_dir().map_err(|e| wal::Error::io("syncing the directory", e))?;
             }
             // Only below durable snapshots: write_snapshot synced the file and the directory.
             if let Some((Some(older), _)) = snaps.get(keep_from).filter(|_| snaps.len() >= 2) {

@@ -2,9 +2,9 @@
 //! pin, and the error once a purge passes them.
 
 use super::{done, opts, put};
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
 use wal::{Lsn, Options};
 use wal_sim::workload::kv::Kv;
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions};
 
 /// Tailing cursors read committed entries from their own positions, report their lag, pin the
 /// prefix purge within the lag cap, and get a typed error once a purge passes them.

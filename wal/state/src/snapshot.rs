@@ -8,10 +8,9 @@
 //! digest equals the recorded one: a snapshot that does not rebuild the state it claims is
 //! refused, never trusted.
 
-use super::{Applier, DedupeRecord, StateMachine, DIGEST_VERSION};
-use crate::error::{Error, Result};
-use crate::storage::{complete, Op, Reader, Storage};
-use crate::Lsn;
+use crate::{Applier, DedupeRecord, StateMachine, DIGEST_VERSION};
+use wal::seam::{write_all_at, Reader, Writer};
+use wal::{Error, Lsn, Result};
 
 /// The first bytes of every snapshot file (the 0x89 and CR LF catch text-mode damage).
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"\x89CWSNP\r\n";
@@ -112,9 +111,9 @@ pub fn encode<S: StateMachine>(applier: &Applier<S>, log_id: [u8; 16]) -> std::i
 }
 
 /// Writes a snapshot of `applier` durably: temporary name, fdatasync, rename, directory sync.
-/// Returns its name. `storage` must not be shared with a thread submitting other operations.
+/// Returns its name.
 pub fn write_snapshot<S: StateMachine>(
-    storage: &dyn Storage,
+    storage: &dyn Writer,
     applier: &Applier<S>,
     log_id: [u8; 16],
 ) -> Result<String> {
@@ -125,12 +124,11 @@ pub fn write_snapshot<S: StateMachine>(
         storage.remove(&tmp).map_err(|e| Error::io(format!("removing a stale {tmp}"), e))?;
     }
     let file = storage.create(&tmp).map_err(|e| Error::io(format!("creating {tmp}"), e))?;
-    let written = complete(storage, 1, Op::Write { file, offset: 0, data: bytes })
-        .and_then(|_| complete(storage, 2, Op::SyncData { file }));
+    let written = write_all_at(storage, file, 0, &bytes).and_then(|()| storage.sync_data(file));
     storage.close(file);
     written.map_err(|e| Error::io(format!("writing {tmp}"), e))?;
     storage.rename(&tmp, &name).map_err(|e| Error::io(format!("renaming {tmp}"), e))?;
-    complete(storage, 3, Op::SyncDir).map_err(|e| Error::io("syncing the directory", e))?;
+    storage.sync_dir().map_err(|e| Error::io("syncing the directory", e))?;
     Ok(name)
 }
 

@@ -8,10 +8,10 @@
 //! is then read-only).
 
 use super::{Committed, Envelope, Outcome, SetDigest, StateMachine, DIGEST_VERSION};
-use crate::log::Checkpoint;
-use crate::{Epoch, Lsn};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use wal::Checkpoint;
+use wal::{Epoch, Lsn};
 
 /// What happened to one committed entry.
 #[derive(Clone, Debug, PartialEq, Eq)]

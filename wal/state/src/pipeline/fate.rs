@@ -3,12 +3,12 @@
 //! request id ([`RequestFate`]), and after a reopen what the restart found ([`RestartReport`])
 //! and the fate of an LSN handed out before it ([`LsnFate`]).
 
-use crate::error::Result;
-use crate::log::OpenReport;
-use crate::state::snapshot::SnapshotInfo;
-use crate::state::{Applied, CompareReport};
-use crate::ticket::{Ack, Failure};
-use crate::Lsn;
+use crate::snapshot::SnapshotInfo;
+use crate::{Applied, CompareReport};
+use wal::Lsn;
+use wal::OpenReport;
+use wal::Result;
+use wal::{Ack, Failure};
 
 /// What a resolved command reports: where it was applied and what apply said.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,14 +23,23 @@ pub struct Done {
 /// failures of docs/invariants.md I1.
 pub type Resolution = Result<Done, Failure>;
 
-impl Ack<Done> {
+/// The callback of a command's acknowledgement, [`Ack::on_resolved`] under the pipeline's name:
+/// `ack.on_done(|r| ..)` with `use wal_state::pipeline::OnDone`.
+pub trait OnDone {
     /// Runs `f` with the outcome on the apply thread once it is known (at once, on this thread,
     /// if it already is). Only the pipeline's acknowledgements take a callback: the apply
     /// thread that resolves them runs user code anyway (apply, hooks), while the writer's I/O
     /// thread never does. Keep it short: a panic in it fences the pipeline like a panic in a
     /// hook.
-    pub fn on_done(&self, f: impl FnOnce(&Resolution) + Send + 'static) {
-        self.inner.on_last_word(Box::new(f));
+    fn on_done(&self, f: impl FnOnce(&Resolution) + Send + 'static);
+}
+
+impl OnDone for Ack<Done> {
+    fn on_done(&self, f: impl FnOnce(&Resolution) + Send + 'static) {
+        // The pipeline makes every command's acknowledgement with `Ack::pending`, which takes
+        // callbacks; only a writer's ticket refuses one.
+        let taken = self.on_resolved(f);
+        debug_assert!(taken.is_ok(), "a pipeline acknowledgement refused a callback");
     }
 }
 
@@ -42,7 +51,7 @@ pub enum RequestFate {
         /// The LSN it was applied at.
         lsn: Lsn,
         /// Whether the state machine refused it
-        /// ([`Outcome::Refused`](crate::state::Outcome::Refused)).
+        /// ([`Outcome::Refused`](crate::Outcome::Refused)).
         refused: bool,
     },
     /// Logged or being logged, not yet applied.

@@ -2,9 +2,9 @@
 //! ([`CommitPolicy`]), what a fenced pipeline does with facts ([`FactsWhenFenced`]), the log's
 //! and the I/O thread's options, checkpoints and snapshots.
 
-use crate::io_thread::AsyncOptions;
-use crate::log::Options;
 use std::time::Duration;
+use wal::AsyncOptions;
+use wal::Options;
 
 /// Who decides that a durable entry is committed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,14 +17,14 @@ pub enum CommitPolicy {
 }
 
 /// How [`Pipeline::report_fact`](super::Pipeline::report_fact) refuses a fact when the pipeline
-/// or the log is fenced (a command is always [`Error::Rejected`](crate::Error::Rejected) then).
+/// or the log is fenced (a command is always [`Error::Rejected`](wal::Error::Rejected) then).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FactsWhenFenced {
-    /// [`Error::Fenced`](crate::Error::Fenced), which is not a rejection
-    /// ([`Error::is_rejected`](crate::Error::is_rejected) is false): the controller keeps the
+    /// [`Error::Fenced`](wal::Error::Fenced), which is not a rejection
+    /// ([`Error::is_rejected`](wal::Error::is_rejected) is false): the controller keeps the
     /// fact and resubmits it after a reopen.
     Indeterminate,
-    /// [`Error::Rejected`](crate::Error::Rejected): the fact is dropped.
+    /// [`Error::Rejected`](wal::Error::Rejected): the fact is dropped.
     Reject,
 }
 

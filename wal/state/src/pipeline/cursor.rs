@@ -10,11 +10,11 @@
 //! cursor there.
 
 use super::{lock, Core};
-use crate::error::{Error, Result};
-use crate::replay::{ItemKind, Replay};
-use crate::state::{EntryKind, Envelope};
-use crate::Lsn;
+use crate::{EntryKind, Envelope};
 use std::sync::Weak;
+use wal::Lsn;
+use wal::{Error, Result};
+use wal::{ItemKind, Replay};
 
 /// One committed entry as a cursor returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +52,7 @@ impl<S> std::fmt::Debug for Cursor<S> {
     }
 }
 
-impl<S: crate::state::StateMachine> Cursor<S> {
+impl<S: crate::StateMachine> Cursor<S> {
     pub(crate) fn new(core: Weak<Core<S>>, id: u64, next: Lsn) -> Self {
         Cursor { core, id, next, replay: None }
     }
@@ -84,7 +84,7 @@ impl<S: crate::state::StateMachine> Cursor<S> {
                 if fresh {
                     break; // a new replay already ran dry: the rest is not durable yet
                 }
-                self.replay = Some(core.log.replay_from(Some(self.next), crate::Durability::Durable)?);
+                self.replay = Some(core.log.replay_from(Some(self.next), wal::Durability::Durable)?);
                 fresh = true;
             }
             let Some(replay) = self.replay.as_mut() else { break };

@@ -5,11 +5,11 @@
 use super::{done, opts, put, start_mem};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wal::pipeline::{FactsWhenFenced, Hooks, LsnFate, PipelineOptions, RequestFate};
-use wal::state::EntryKind;
 use wal::{Error, Failure, Lsn};
 use wal_sim::workload::kv::Kv;
 use wal_sim::{MemStorage, SectorFate};
+use wal_state::pipeline::{FactsWhenFenced, Hooks, LsnFate, PipelineOptions, RequestFate};
+use wal_state::EntryKind;
 
 /// docs/invariants.md I1 and I6: a failed fdatasync leaves the state untouched, every pending acknowledgement
 /// Indeterminate, later submissions refused; after a reopen each Indeterminate entry is either
@@ -21,8 +21,10 @@ fn a_failed_sync_leaves_the_state_untouched_and_every_pending_entry_indeterminat
         let applied_hook = Arc::new(Mutex::new(0u32));
         let h2 = applied_hook.clone();
         let mut hooks = Hooks::default();
-        hooks.after.push(Box::new(move |_: &Kv, _: &wal::pipeline::Notice<'_>| *h2.lock().unwrap() += 1)
-            as wal::pipeline::AfterHook<Kv>);
+        hooks
+            .after
+            .push(Box::new(move |_: &Kv, _: &wal_state::pipeline::Notice<'_>| *h2.lock().unwrap() += 1)
+                as wal_state::pipeline::AfterHook<Kv>);
         let (p, _) = start_mem(&st, &MemStorage::new(), opts(), hooks);
         for i in 0..5 {
             done(&p.submit(&put(&format!("ok{i}"), "v"), Some(100 + i)).unwrap());
@@ -102,10 +104,9 @@ fn facts_apply_after_commit_and_follow_the_fence_policy() {
         let kinds = Arc::new(Mutex::new(Vec::new()));
         let k2 = kinds.clone();
         let mut hooks = Hooks::default();
-        hooks
-            .after
-            .push(Box::new(move |_: &Kv, n: &wal::pipeline::Notice<'_>| k2.lock().unwrap().push(n.kind))
-                as wal::pipeline::AfterHook<Kv>);
+        hooks.after.push(Box::new(move |_: &Kv, n: &wal_state::pipeline::Notice<'_>| {
+            k2.lock().unwrap().push(n.kind)
+        }) as wal_state::pipeline::AfterHook<Kv>);
         let (p, _) = start_mem(
             &st,
             &MemStorage::new(),
@@ -158,14 +159,14 @@ fn a_panic_in_a_hook_fences_the_pipeline_without_exiting() {
         let st = MemStorage::new();
         let mut hooks = Hooks::default();
         if which == "pre" {
-            hooks.pre.push(Box::new(|_: &Kv, p: &wal::pipeline::Proposal<'_>| {
+            hooks.pre.push(Box::new(|_: &Kv, p: &wal_state::pipeline::Proposal<'_>| {
                 assert!(!p.body.starts_with(b"put boom"), "pre-hook bug");
                 Ok(())
-            }) as wal::pipeline::PreHook<Kv>);
+            }) as wal_state::pipeline::PreHook<Kv>);
         } else {
-            hooks.after.push(Box::new(|_: &Kv, n: &wal::pipeline::Notice<'_>| {
+            hooks.after.push(Box::new(|_: &Kv, n: &wal_state::pipeline::Notice<'_>| {
                 assert!(!n.body.starts_with(b"put boom"), "after-hook bug");
-            }) as wal::pipeline::AfterHook<Kv>);
+            }) as wal_state::pipeline::AfterHook<Kv>);
         }
         let (p, _) = start_mem(&st, &MemStorage::new(), opts(), hooks);
         done(&p.submit(&put("a", "1"), None).unwrap());

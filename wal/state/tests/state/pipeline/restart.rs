@@ -5,11 +5,11 @@ use super::{done, opts, put, start_mem};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions, RequestFate};
-use wal::state::Applied;
 use wal::{Error, Lsn, Options, Wal};
 use wal_sim::workload::kv::{Kv, SKEW, SKEW_LOCK};
 use wal_sim::{MemStorage, SectorFate};
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions, RequestFate};
+use wal_state::Applied;
 
 /// Restart replays through the same seam, checks the checkpoints, and request ids stay
 /// deduplicated across it.
@@ -188,7 +188,7 @@ proptest::proptest! {
         p.close().unwrap();
         for _ in 0..2 {
             let (log, _) = Wal::open_with(Arc::new(st.clone()), Options::default()).unwrap();
-            let mut r = wal::state::Replayer::new(wal::state::Applier::new(Kv::default(), o.dedupe_window));
+            let mut r = wal_state::Replayer::new(wal_state::Applier::new(Kv::default(), o.dedupe_window));
             r.run(&mut log.replay().unwrap()).unwrap();
             let (a, rep) = r.finish();
             proptest::prop_assert_eq!(rep.divergence, None);

@@ -18,7 +18,7 @@
 //! One rule for errors: what is refused at submission (an empty batch, a pre-hook's refusal, a
 //! fenced or closing pipeline, the log refusing the append) is an [`Error`] from the submit
 //! call, and nothing was logged; what is decided later is the acknowledgement's
-//! [`Failure`](crate::Failure), one of the two kinds of I1: `Rejected` (never logged) and
+//! [`Failure`](wal::Failure), one of the two kinds of I1: `Rejected` (never logged) and
 //! `Indeterminate` (possibly logged: a failed sync, a fenced log). [`Pipeline::fate`] answers
 //! later by request id, and [`RestartReport::fate_at`] by LSN after a reopen.
 
@@ -34,36 +34,36 @@ mod hooks;
 mod options;
 
 pub use cursor::{Cursor, CursorEntry};
-pub use fate::{Done, LsnFate, RequestFate, Resolution, RestartReport};
+pub use fate::{Done, LsnFate, OnDone, RequestFate, Resolution, RestartReport};
 pub use hooks::{AfterHook, Hooks, Notice, PreHook, Proposal};
 pub use options::{CommitPolicy, FactsWhenFenced, PipelineOptions};
 
-use crate::error::{Error, Result};
-use crate::io_thread::{AsyncWal, Payload};
-use crate::log::{OpenReport, Wal};
-use crate::state::snapshot::{list_snapshots, read_snapshot, SnapshotInfo};
-use crate::state::{Applier, EntryKind, Envelope, Fate, Replayer, StateMachine};
-use crate::storage::{FileStorage, Storage};
-use crate::ticket::{Ack, Notify};
-use crate::Durability;
-use crate::Lsn;
+use crate::snapshot::{list_snapshots, read_snapshot, SnapshotInfo};
+use crate::{Applier, EntryKind, Envelope, Fate, Replayer, StateMachine};
 use crossbeam_channel::Sender;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
+use wal::seam::{FileStorage, Writer};
+use wal::Durability;
+use wal::Lsn;
+use wal::{Ack, Notify, Resolver};
+use wal::{AsyncWal, Payload};
+use wal::{Error, Result};
+use wal::{OpenReport, Wal};
 
 /// One entry of a submission, as the apply thread receives it.
 pub(crate) struct Item {
     pub(crate) lsn: Lsn,
     pub(crate) request_id: Option<u64>,
     pub(crate) payload: Vec<u8>,
-    /// A command's acknowledgement (a fact has none).
-    pub(crate) ack: Option<Ack<Done>>,
+    /// What resolves a command's acknowledgement (a fact has none).
+    pub(crate) ack: Option<Resolver<Done>>,
 }
 
 pub(crate) enum Msg {
-    Pending { tag: u64, epoch: crate::Epoch, items: Vec<Item> },
+    Pending { tag: u64, epoch: wal::Epoch, items: Vec<Item> },
     CommitThrough(Lsn),
     Snapshot(Sender<Result<String>>),
     Close,
@@ -85,10 +85,10 @@ pub(crate) struct Core<S> {
     pub(crate) cursors: Mutex<std::collections::BTreeMap<u64, Lsn>>,
     submit: Mutex<Submit>,
     pre: Vec<PreHook<S>>,
-    pub(crate) completions: Sender<crate::ticket::Completion>,
+    pub(crate) completions: Sender<wal::Completion>,
     pub(crate) to_apply: Sender<Msg>,
     pub(crate) opts: PipelineOptions,
-    pub(crate) snapshots: Arc<dyn Storage>,
+    pub(crate) snapshots: Arc<dyn Writer>,
     pub(crate) log_id: [u8; 16],
 }
 
@@ -133,7 +133,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         let (wal, open) = Wal::open(dir, opts.log.clone())?;
         let snapshots =
             FileStorage::new(dir, false).map_err(|e| Error::io("opening the snapshot directory", e))?;
-        let snapshots: Arc<dyn Storage> = Arc::new(snapshots);
+        let snapshots: Arc<dyn Writer> = Arc::new(snapshots);
         Self::start(wal, open, snapshots, opts, hooks, fresh)
     }
 
@@ -142,7 +142,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
     pub fn start(
         wal: Wal,
         open: OpenReport,
-        snapshots: Arc<dyn Storage>,
+        snapshots: Arc<dyn Writer>,
         opts: PipelineOptions,
         hooks: Hooks<S>,
         fresh: impl FnOnce() -> S,
@@ -154,7 +154,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         }
         let log_id = wal.log_id();
         let mut wal = wal;
-        match crate::state::recorded_dedupe_window(wal.meta(crate::state::DEDUPE_WINDOW_META_KEY)) {
+        match crate::recorded_dedupe_window(wal.meta(crate::DEDUPE_WINDOW_META_KEY)) {
             Some(w) if w != opts.dedupe_window => {
                 return Err(Error::InvalidArgument(format!(
                     "this log was written with a dedupe window of {w} LSNs; the options say {} \
@@ -164,7 +164,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
             }
             Some(_) => {}
             None if opts.log.read_only => {}
-            None => wal.set_meta(crate::state::DEDUPE_WINDOW_META_KEY, &opts.dedupe_window.to_le_bytes())?,
+            None => wal.set_meta(crate::DEDUPE_WINDOW_META_KEY, &opts.dedupe_window.to_le_bytes())?,
         }
         let (base, snapshot, refused) = newest_snapshot::<S>(&*snapshots, &wal, log_id, opts.dedupe_window)?;
         let applier = match base {
@@ -193,8 +193,8 @@ impl<S: StateMachine + Sync> Pipeline<S> {
             (None, None) => None,
         };
         // Mutant (tools/mutants.sh, I8): a DIVERGENT restart starts writable, not fenced.
-        let fenced =
-            fenced.filter(|f| !(crate::mutants::on("no-divergence-fence") && f.starts_with("DIVERGENT")));
+        let fenced = fenced
+            .filter(|f| !(wal_format::mutants::on("no-divergence-fence") && f.starts_with("DIVERGENT")));
         let recovered_end = wal.next_lsn().0.checked_sub(1).map(Lsn).filter(|_| wal.first_lsn().is_some());
         if let (Some(l), None, false, true) =
             (applier.applied(), &fenced, opts.log.read_only, compare.unchecked_entries > 0)
@@ -237,7 +237,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
 
     /// Submits a command: pre-hooks, then the log, without blocking on disk. The
     /// acknowledgement resolves after commit and apply with the outcome, or with the
-    /// [`Failure`](crate::Failure) decided later. An `Err` is a refusal now (a pre-hook's
+    /// [`Failure`](wal::Failure) decided later. An `Err` is a refusal now (a pre-hook's
     /// [`Error::Rejected`], a fenced or closing pipeline, the log's own refusal): nothing was
     /// logged.
     pub fn submit(&self, body: &[u8], request_id: Option<u64>) -> Result<Ack<Done>> {
@@ -247,7 +247,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
 
     /// [`Pipeline::submit`] under an explicit writer epoch (a leader's): an epoch older than
     /// the log's is refused, [`Error::StaleEpoch`] (docs/invariants.md I7).
-    pub fn submit_as(&self, epoch: crate::Epoch, body: &[u8], request_id: Option<u64>) -> Result<Ack<Done>> {
+    pub fn submit_as(&self, epoch: wal::Epoch, body: &[u8], request_id: Option<u64>) -> Result<Ack<Done>> {
         self.submit_kind(Some(epoch), EntryKind::Command, body, request_id)
             .map(|a| a.expect("commands are acknowledged"))
     }
@@ -261,7 +261,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
 
     fn submit_kind(
         &self,
-        epoch: Option<crate::Epoch>,
+        epoch: Option<wal::Epoch>,
         kind: EntryKind,
         body: &[u8],
         request_id: Option<u64>,
@@ -280,7 +280,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
 
     fn submit_items(
         &self,
-        epoch: Option<crate::Epoch>,
+        epoch: Option<wal::Epoch>,
         kind: EntryKind,
         items: &[(&[u8], Option<u64>)],
     ) -> Result<Vec<Option<Ack<Done>>>> {
@@ -310,7 +310,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
                         Ok(Ok(())) => {}
                         Ok(Err(why)) => return Err(Error::Rejected(format!("pre-hook: {why}"))),
                         Err(p) => {
-                            let why = format!("a pre-hook panicked: {}", crate::state::panic_message(&*p));
+                            let why = format!("a pre-hook panicked: {}", crate::panic_message(&*p));
                             core.fence(why.clone());
                             return Err(Error::Rejected(why));
                         }
@@ -348,12 +348,18 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         let mut queued = Vec::with_capacity(items.len());
         for (i, (payload, &(_, request_id))) in payloads.into_iter().zip(items).enumerate() {
             let lsn = Lsn(ticket.lsn.0 + i as u64);
-            let ack = (kind == EntryKind::Command).then(|| Ack::new(lsn, None));
+            let (ack, resolver) = match kind {
+                EntryKind::Command => {
+                    let (ack, resolver) = Ack::pending(lsn);
+                    (Some(ack), Some(resolver))
+                }
+                EntryKind::Fact => (None, None),
+            };
             if let Some(id) = request_id {
                 lock(&core.pending_ids).insert(id, lsn);
             }
-            out.push(ack.clone());
-            queued.push(Item { lsn, request_id, payload, ack });
+            out.push(ack);
+            queued.push(Item { lsn, request_id, payload, ack: resolver });
         }
         // Under the submit lock: the apply thread learns of entries in LSN order.
         let _ = core.to_apply.send(Msg::Pending { tag, epoch, items: queued });
@@ -397,7 +403,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
     }
 
     /// The last applied LSN and the current checkpoint value.
-    pub fn applied(&self) -> (Option<Lsn>, crate::log::Checkpoint) {
+    pub fn applied(&self) -> (Option<Lsn>, wal::Checkpoint) {
         let a = self.core().read();
         (a.applied(), a.checkpoint())
     }
@@ -418,7 +424,7 @@ impl<S: StateMachine + Sync> Pipeline<S> {
     }
 
     /// The I/O thread's counters.
-    pub fn io_stats(&self) -> crate::metrics::Stats {
+    pub fn io_stats(&self) -> wal::Stats {
         self.core().log.stats()
     }
 
@@ -474,7 +480,7 @@ fn kept_for_reopen(kind: EntryKind, facts: FactsWhenFenced) -> bool {
 /// first entry. Older ones are the fallback when a newer one is damaged.
 #[allow(clippy::type_complexity)]
 fn newest_snapshot<S: StateMachine>(
-    storage: &dyn Storage,
+    storage: &dyn Writer,
     wal: &Wal,
     log_id: [u8; 16],
     window: u64,

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use wal::pipeline::{Hooks, Pipeline, PipelineOptions};
-use wal::state::Applied;
 use wal::storage::Storage;
 use wal::{Lsn, Options, Wal};
 use wal_sim::workload::kv::Kv;
 use wal_sim::MemStorage;
+use wal_state::pipeline::{Hooks, Pipeline, PipelineOptions};
+use wal_state::Applied;
 
 mod cursors;
 mod failures;
@@ -37,13 +37,13 @@ fn start_mem(
     snaps: &MemStorage,
     o: PipelineOptions,
     hooks: Hooks<Kv>,
-) -> (Pipeline<Kv>, wal::pipeline::RestartReport) {
+) -> (Pipeline<Kv>, wal_state::pipeline::RestartReport) {
     let (wal, open) = Wal::open_with(Arc::new(st.clone()), o.log.clone()).unwrap();
     let snaps: Arc<dyn Storage> = Arc::new(snaps.clone());
     Pipeline::start(wal, open, snaps, o, hooks, Kv::default).unwrap()
 }
 
-fn done(p: &wal::Ack<wal::pipeline::Done>) -> (Lsn, Applied) {
+fn done(p: &wal::Ack<wal_state::pipeline::Done>) -> (Lsn, Applied) {
     let d = p.wait_timeout(Duration::from_secs(20)).expect("resolved").expect("committed");
     (d.lsn, d.applied)
 }

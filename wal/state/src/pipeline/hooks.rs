@@ -2,8 +2,8 @@
 //! read-only view of the state before anything is logged; after-hooks see each applied entry
 //! ([`Notice`]) on the apply thread, before its acknowledgement resolves.
 
-use crate::state::{Applied, EntryKind};
-use crate::Lsn;
+use crate::{Applied, EntryKind};
+use wal::Lsn;
 
 /// A proposed entry as pre-hooks see it.
 #[derive(Clone, Copy, Debug)]

@@ -3,11 +3,11 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use wal::state::snapshot::{self, list_snapshots, read_snapshot, write_snapshot};
-use wal::state::{Applied, Applier, EntryKind, Envelope, Fate, Outcome, Replayer};
 use wal::{Epoch, Error, Lsn, Options, Wal};
 use wal_sim::workload::kv::{Kv, SKEW, SKEW_LOCK};
 use wal_sim::{MemStorage, Rng};
+use wal_state::snapshot::{self, list_snapshots, read_snapshot, write_snapshot};
+use wal_state::{Applied, Applier, EntryKind, Envelope, Fate, Outcome, Replayer};
 
 fn cmd(body: &str) -> Vec<u8> {
     Envelope::encode(EntryKind::Command, None, body.as_bytes())
@@ -52,7 +52,7 @@ fn workload(n: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
-fn replay_all(log: &Wal, from: Applier<Kv>) -> (Applier<Kv>, wal::state::CompareReport) {
+fn replay_all(log: &Wal, from: Applier<Kv>) -> (Applier<Kv>, wal_state::CompareReport) {
     let mut r = Replayer::new(from);
     let start = r.applier().applied().map(|l| Lsn(l.0 + 1));
     let mut it = log.replay_from(start, wal::Durability::Durable).unwrap();
@@ -303,7 +303,7 @@ fn the_replayer_gives_the_state_after_the_last_entry_at_or_below_an_lsn() {
     assert!(at_base != at_12 && at_12 != at_15);
 
     // Past CHECKPOINT_MAX_LAG more entries, the base's state is no longer kept.
-    for i in 0..wal::state::CHECKPOINT_MAX_LAG {
+    for i in 0..wal_state::CHECKPOINT_MAX_LAG {
         r.entry(Lsn(16 + i), Epoch(0), &cmd("put d 4"));
     }
     assert_eq!(r.state_at(Lsn(11)), None, "trimmed");
