@@ -193,7 +193,7 @@ impl Wal {
             last_crc: scan.last_crc,
             written_logical: logical.clone(),
             durable_logical: logical.clone(),
-            logical,
+            position: logical.into(),
             written_seq: last_seq,
             durable_seq: last_seq,
             durable_end: None,

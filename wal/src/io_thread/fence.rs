@@ -2,7 +2,6 @@
 //! pending ticket Indeterminate, every later operation refused), the withdrawal of entries
 //! disk full kept from the log (Rejected, the log usable), an abandon, and the clean finish.
 
-use super::control::Position;
 use super::engine::{Io, Pending};
 use super::queue::{Req, CLOSED};
 use crate::error::{Error, Result};
@@ -118,7 +117,7 @@ impl Io {
         st.queued_entries = st.queued_entries.saturating_sub(entries);
         st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
         st.untaken_bytes = st.untaken_bytes.saturating_sub(untaken);
-        st.log = Position::of(&self.wal);
+        st.log = self.wal.position().clone();
         drop(st);
         self.shared.space.notify_all();
         // Resolved after the reset: a caller woken by its ticket finds the queue and the next

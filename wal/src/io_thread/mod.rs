@@ -10,8 +10,9 @@
 //!   [`AsyncWal::append_at`], [`AsyncWal::truncate_after`], [`AsyncWal::reset`],
 //!   [`AsyncWal::set_meta`], [`AsyncWal::advance_epoch`], [`AsyncWal::checkpoint`],
 //!   [`AsyncWal::purge_before`] and [`AsyncWal::replay_from`]. Each is checked and placed at
-//!   submission against the submit side's copy of the log's position (`control.rs`), in queue
-//!   order with the appends, and its ticket resolves when it is durable.
+//!   submission against the submit side's copy of the log's position (`control.rs`; the
+//!   position and its checks are the log's own, `log/position.rs`), in queue order with the
+//!   appends, and its ticket resolves when it is durable.
 //! - [`AsyncWal::append_untracked`] is the same step for an entry nobody will wait on: the
 //!   caller's slice is copied into a buffer from a pool the I/O thread refills, no ticket is
 //!   made and nothing is resolved for it, so a steady stream allocates nothing per entry. A
@@ -51,8 +52,8 @@
 //! [`WhenFull`], [`Payload`]):
 //!
 //! - `submit.rs`: [`AsyncWal`], the submit side: checks, LSNs, the bounded queue, tickets;
-//! - `control.rs`: the operations other than a plain append, and the submit side's copy of the
-//!   log's position that checks and places them;
+//! - `control.rs`: the operations other than a plain append, admitted on the submit side's copy
+//!   of the log's position (`log/position.rs`) and run on the log;
 //! - `queue.rs`: what the two sides share: the requests, the queue's accounting under the submit
 //!   lock, a ticket's slot on the thread's side;
 //! - `engine.rs`: the I/O thread's state under the engine lock, its loop, and its rounds:

@@ -3,10 +3,10 @@
 //! ([`Shared`]), and the I/O thread's side of a ticket ([`Slot`]), which resolves it
 //! Indeterminate if it is dropped unresolved.
 
-use super::control::{Control, Position};
+use super::control::Control;
 use super::{AsyncOptions, Payload};
 use crate::error::Result;
-use crate::log::{Checkpoint, PurgeReport};
+use crate::log::{Checkpoint, Position, PurgeReport};
 use crate::storage::Bell;
 use crate::ticket::{Failure, Inner};
 use crate::{Durability, Lsn};
@@ -14,7 +14,8 @@ use crossbeam_channel::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub(super) struct Submit {
-    /// The log's position with every admitted operation applied (LSNs are assigned here only).
+    /// The log's position with every admitted operation applied: the LSNs tickets carry come
+    /// from here; the log assigns the same ones on its own copy, by the same code.
     pub(super) log: Position,
     pub(super) queued_entries: usize,
     pub(super) queued_bytes: usize,

@@ -148,6 +148,9 @@ impl Io {
                 self.staged.push(p)
             }
             Ok(got) => {
+                // Both positions ran the same admission (`log/position.rs`) on the same
+                // operations in the same order, so this is a bug (a copy out of step): fenced, so
+                // that no ticket names an LSN its entry does not have (I1, I6).
                 self.staged.push(p);
                 self.fence(format!("internal: the log is at LSN {got} where {promised} was promised"));
             }

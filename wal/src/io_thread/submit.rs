@@ -1,15 +1,16 @@
 //! The submit side: [`AsyncWal`]. An append is checked (epoch, size), given its LSN and queued
 //! in one step under the submit lock, so a refusal consumes nothing and the queue order is the
 //! LSN order; the queue is bounded in entries and bytes. Every other operation is checked and
-//! placed the same way (`control.rs`). A caller of `append_wait` that finds the engine lock free
-//! runs the I/O thread's round on its own thread.
+//! placed the same way (`control.rs`), all by the log's own admission code (`log/position.rs`)
+//! on the submit side's copy of its position. A caller of `append_wait` that finds the engine
+//! lock free runs the I/O thread's round on its own thread.
 
-use super::control::{Control, Position};
+use super::control::Control;
 use super::engine::{io_loop, lock_engine, Engine, Io};
 use super::queue::{Req, Shared, Slot, Submit, CLOSED};
 use super::{AsyncOptions, Payload, WhenFull};
 use crate::error::{Error, Result};
-use crate::log::{Checkpoint, PurgeReport, Wal};
+use crate::log::{Checkpoint, Position, PurgeReport, Wal};
 use crate::storage::Bell;
 use crate::ticket::{Notify, Ticket};
 use crate::{Durability, Epoch, Lsn};
@@ -47,7 +48,7 @@ impl AsyncWal {
         wal.check_records()?;
         let shared = Arc::new(Shared {
             submit: Mutex::new(Submit {
-                log: Position::of(&wal),
+                log: wal.position().clone(),
                 queued_entries: 0,
                 queued_bytes: 0,
                 fenced: wal.is_fenced().then(|| "the log was already fenced".to_string()),
@@ -180,19 +181,15 @@ impl AsyncWal {
         when_full: WhenFull,
     ) -> std::result::Result<Ticket, (Error, Option<Payload>)> {
         let (count, len) = (payload.entries(), payload.bytes());
-        if count == 0 {
-            return Err((Error::InvalidArgument("empty batch".into()), Some(payload)));
-        }
-        let max = self.shared.max_payload;
-        let largest = payload.largest();
-        if largest > max {
-            return Err((Error::TooLarge { len: largest as u64, max: max as u64 }, Some(payload)));
+        // The largest payload stands for all: if any is too large, it is.
+        if let Err(e) = Position::check_entries(count, [payload.largest()], self.shared.max_payload) {
+            return Err((e, Some(payload)));
         }
         let mut st = match self.admit(self.shared.lock(), Some(epoch), len, when_full) {
             Ok(st) => st,
             Err(e) => return Err((e, Some(payload))),
         };
-        let lsn = st.log.append(count);
+        let lsn = st.log.append(count as u64);
         let ticket = Ticket::new(Lsn(lsn), notify);
         let slot = Slot(Some(ticket.inner.clone()));
         let req = Req::Append { lsn, epoch: epoch.0, payload, durability, slot };
@@ -215,9 +212,7 @@ impl AsyncWal {
     /// untracked entries fences instead, so every later append and ticket fails.
     pub fn append_untracked(&self, epoch: Epoch, payload: &[u8], durability: Durability) -> Result<Lsn> {
         let len = payload.len();
-        if len > self.shared.max_payload {
-            return Err(Error::TooLarge { len: len as u64, max: self.shared.max_payload as u64 });
-        }
+        Position::check_entries(1, [len], self.shared.max_payload)?;
         let mut st = self.admit(self.shared.lock(), Some(epoch), len, self.shared.opts.when_full)?;
         let mut buf = st.pool.pop().unwrap_or_default();
         buf.clear();
@@ -338,8 +333,8 @@ impl AsyncWal {
         let (count, len) = op.size();
         let when_full = self.shared.opts.when_full;
         let mut st = self.admit(self.shared.lock(), epoch.filter(|_| op.carries_epoch()), len, when_full)?;
-        let lsn = st.log.admit(&op, self.shared.max_payload)?;
-        let (next, current) = (st.log.next_lsn, st.log.epoch);
+        let lsn = op.admit(&mut st.log, self.shared.max_payload)?;
+        let (next, current) = (st.log.next_lsn(), st.log.epoch());
         let ticket = Ticket::new(Lsn(lsn), None);
         let slot = Slot(Some(ticket.inner.clone()));
         let epoch = epoch.map_or(current, |e| e.0);
@@ -357,12 +352,7 @@ impl AsyncWal {
             return Err(Error::Fenced { cause: cause.clone() });
         }
         st.log.check_epoch(epoch)?;
-        if lsn.0 >= st.log.next_lsn {
-            return Err(Error::InvalidArgument(format!(
-                "checkpoint at {lsn} covers an entry the log has not taken (next LSN {})",
-                st.log.next_lsn
-            )));
-        }
+        st.log.check_checkpoint(lsn.0)?;
         // Sent under the lock, like an append: it follows the entry it covers in the queue.
         let sent = self.tx.send(Req::Checkpoint { epoch: epoch.0, lsn: lsn.0, cp: *cp });
         drop(st);
@@ -391,12 +381,12 @@ impl AsyncWal {
 
     /// The next LSN an append will take.
     pub fn next_lsn(&self) -> Lsn {
-        Lsn(self.shared.lock().log.next_lsn)
+        Lsn(self.shared.lock().log.next_lsn())
     }
 
     /// The writer epoch appends must carry.
     pub fn epoch(&self) -> Epoch {
-        Epoch(self.shared.lock().log.epoch)
+        Epoch(self.shared.lock().log.epoch())
     }
 
     /// Why the log is fenced, if it is.

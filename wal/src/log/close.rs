@@ -110,7 +110,7 @@ impl Wal {
         }
         // The state at the close, so that the next open need not walk the segment for it.
         let st = self.storage.clone();
-        if let Err(e) = crate::close_state::write_close_state(&*st, seq, crc, &self.logical) {
+        if let Err(e) = crate::close_state::write_close_state(&*st, seq, crc, self.position.logical()) {
             let err = self.fail_io("writing wal.close", e);
             if !matches!(err, Error::DiskFull { .. }) {
                 return Err(err);

@@ -2,7 +2,7 @@
 //! sealed now), the segment's counts and index after it; and withdrawing a batch whose write
 //! ran out of space, which leaves the log usable.
 
-use super::{Staged, Wal};
+use super::{Position, Staged, Wal};
 use crate::batch::{merge_counts, seal_batch, Frame};
 use crate::error::{Error, Result};
 use crate::format::*;
@@ -66,7 +66,7 @@ impl Wal {
         self.next_seq = seq_after;
         self.last_crc = crc_after;
         self.written_seq = seq_after - 1;
-        self.written_logical = self.logical.clone();
+        self.written_logical = self.position.logical().clone();
         let frame_off = write_off + frame_at as u64;
         let a = self.active.as_mut().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
         // The next batch starts on a sector boundary (FORMAT.md: batches never share a sector).
@@ -117,7 +117,7 @@ impl Wal {
         if let Err(e2) = zeroed {
             self.fenced = Some(format!("withdrawing a batch after disk full failed: {e2}"));
         }
-        self.logical = self.written_logical.clone();
+        self.position = Position::from(self.written_logical.clone());
         self.staged = Staged::default();
         if off == 0 {
             // The batch carried the segment header: the file is a spare again.

@@ -20,8 +20,11 @@
 //! its callers pass and get back, and the queries on its state:
 //!
 //! - `options.rs`: how to open a log ([`Options`], [`Backend`], [`SegmentFill`]);
-//! - `staging.rs`: the appends and other records staged into the next batch, and the checks
-//!   every write makes first;
+//! - `position.rs`: the log's logical position and the one implementation of admitting an
+//!   operation against it (epoch, size, gap, cut, metadata keys, epoch advance) and assigning
+//!   LSNs, which the writer thread's submit side runs on its own copy;
+//! - `staging.rs`: the appends and other records staged into the next batch at the LSNs the
+//!   position gave them, and the checks every write makes first;
 //! - `segments.rs`: a segment's life: activated (a spare, a recycled file or a new one),
 //!   prepared ahead on a helper thread, sealed with its footer;
 //! - `durability.rs`: syncs, pipelined or not, and the durable watermark they move; a failed
@@ -38,6 +41,7 @@ mod durability;
 mod flush;
 pub(crate) mod open_check;
 mod options;
+mod position;
 pub(crate) mod recycle;
 mod segments;
 mod staging;
@@ -46,6 +50,7 @@ pub use close::PurgeReport;
 pub(crate) use durability::Pipelined;
 pub use open_check::OpenCheck;
 pub use options::{Backend, Options, SegmentFill, RESERVE_BYTES_PER_SYNC};
+pub(crate) use position::{Op, Position};
 pub(crate) use segments::{Active, Spare};
 pub(crate) use staging::Staged;
 
@@ -130,8 +135,9 @@ pub struct Wal {
     pub(crate) pins: Arc<recycle::Pins>,
     pub(crate) next_seq: u64,
     pub(crate) last_crc: u32,
-    /// After staged records.
-    pub(crate) logical: Logical,
+    /// The logical position after staged records: the one place that admits an operation
+    /// and assigns its LSNs (`position.rs`).
+    pub(crate) position: Position,
     /// After written records (restored when a batch is withdrawn).
     pub(crate) written_logical: Logical,
     pub(crate) durable_logical: Logical,
@@ -163,7 +169,7 @@ impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wal")
             .field("segments", &self.segments.len())
-            .field("next_lsn", &self.logical.next_lsn)
+            .field("next_lsn", &self.position.next_lsn())
             .field("durable_seq", &self.durable_seq)
             .finish_non_exhaustive()
     }
@@ -172,12 +178,12 @@ impl std::fmt::Debug for Wal {
 impl Wal {
     /// The LSN the next entry takes.
     pub fn next_lsn(&self) -> Lsn {
-        Lsn(self.logical.next_lsn)
+        Lsn(self.position.next_lsn())
     }
 
     /// The lowest live LSN, if the log holds live entries (purged segments still count).
     pub fn first_lsn(&self) -> Option<Lsn> {
-        self.logical.first_lsn.map(Lsn)
+        self.position.first_lsn().map(Lsn)
     }
 
     /// The last LSN that is durable (its batch synced), if any entry is.
@@ -205,18 +211,18 @@ impl Wal {
 
     /// The writer epoch in force (one raised by [`Wal::advance_epoch`] counts at once).
     pub fn epoch(&self) -> Epoch {
-        Epoch(self.logical.epoch)
+        Epoch(self.position.epoch())
     }
 
     /// The last value recorded for a metadata key ([`Wal::set_meta`]), or `None` if the key
     /// was never set.
     pub fn meta(&self, key: u32) -> Option<&[u8]> {
-        self.logical.meta.get(&key).map(Vec::as_slice)
+        self.position.meta(key)
     }
 
-    /// The metadata keys set so far.
-    pub(crate) fn meta_keys(&self) -> Vec<u32> {
-        self.logical.meta.keys().copied().collect()
+    /// The logical position after every operation staged so far.
+    pub(crate) fn position(&self) -> &Position {
+        &self.position
     }
 
     /// The largest payload this log accepts, in bytes: `Options::max_payload_bytes`, or the

@@ -72,8 +72,8 @@ impl Wal {
         self.prepare_next(seq + 1);
         self.open_frame();
         let mut state = Vec::new();
-        scan::encode_state(&self.logical, &mut state);
-        let lsn = self.logical.next_lsn;
+        scan::encode_state(self.position.logical(), &mut state);
+        let lsn = self.position.next_lsn();
         self.stage(Kind::State, 0, lsn, &state);
         Ok(())
     }
@@ -204,7 +204,8 @@ impl Wal {
         for p in &index {
             payload.extend_from_slice(p.as_bytes());
         }
-        let h = batch::header(Kind::Footer, 0, payload.len(), self.logical.next_lsn, self.logical.epoch);
+        let h =
+            batch::header(Kind::Footer, 0, payload.len(), self.position.next_lsn(), self.position.epoch());
         let mut rec = Vec::with_capacity(record_len(payload.len()));
         let footer_crc = batch::encode_record(h, self.next_seq, self.last_crc, &payload, &mut rec);
         let at = footer_offset(header_len) as u64;
