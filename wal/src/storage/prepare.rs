@@ -86,8 +86,10 @@ pub fn recycle_file_with<W: AsRef<[(u64, Vec<u8>)]>>(
 }
 
 /// Removes what a failed preparation left and syncs the directory, as far as it can: the
-/// failure being reported is the one that matters, and an open that finds a leftover removes
-/// it (a spare's name says what it is).
+/// failure being reported is the one that matters, and a leftover's name says what it is to
+/// the next open (FORMAT.md section 1): a `{seq}.wal` after the last segment holding records
+/// is a spare, taken as it is or, of another length (a fill the crash lost), removed and made
+/// again when the log comes to use it; a `{seq}.recycle` is set aside again or removed.
 fn forget(w: &dyn Writer, names: &[&str]) {
     for n in names {
         let _ = w.remove(n);

@@ -23,6 +23,7 @@ mod pipeline;
 mod pipelining;
 mod recovery_modes;
 mod recycle;
+mod seam;
 mod segment_fill;
 mod state;
 mod torn_footer;
