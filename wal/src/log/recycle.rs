@@ -131,7 +131,7 @@ impl Wal {
         let Some(old) = self.take_recyclable() else { return Ok(None) };
         let name = segment_file_name(seq);
         let owner = Owner { log_id: self.meta.log_id, segment_seq: seq };
-        if !recycle(&*self.storage, old, &name, len.into(), owner) {
+        if !recycle(&*self.storage, old, &name, len, owner) {
             return Ok(None);
         }
         match self.storage.open(&name) {
@@ -141,35 +141,13 @@ impl Wal {
     }
 }
 
-/// Makes the set-aside file of segment `old` into segment file `name`, a recycled spare: the
-/// old file is read once for its stale table, then [`prepare::recycle_file`] writes the table,
-/// zeroes the header sector and the footer slot, syncs and renames. False when that failed: the
-/// caller makes a new file. A failure there already removed the file; one before it (reading
-/// the old file) leaves it, and it goes here.
-pub(crate) fn recycle(storage: &dyn Storage, old: u64, name: &str, len: u64, owner: Owner) -> bool {
+/// Makes the set-aside file of segment `old` into segment file `name`, a recycled spare:
+/// [`prepare::recycle_file_with`] opens it and checks its length, the file is read once (mapped)
+/// for its stale table, then the table is written, the header sector and the footer slot
+/// zeroed, the file synced and renamed. False when any of that failed: the file is removed then
+/// (by `recycle_file_with`), and the caller makes a new one.
+pub(crate) fn recycle(storage: &dyn Storage, old: u64, name: &str, len: u32, owner: Owner) -> bool {
     let from = recycle_file_name(old);
-    let writes = (|| {
-        let seg_len = u32::try_from(len).map_err(std::io::Error::other)?;
-        let f = storage.open(&from)?;
-        let r = storage.len(f).and_then(|have| {
-            if have != len {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{from} holds {have} bytes, a segment {len}"),
-                ));
-            }
-            let old = storage.map(f)?;
-            Ok(crate::stale::recycling_writes(&old, seg_len, owner))
-        });
-        storage.close(f);
-        r
-    })();
-    let r = writes.and_then(|w| prepare::recycle_file(storage, &from, name, len, &w));
-    match r {
-        Ok(()) => true,
-        Err(_) => {
-            let _ = storage.remove(&from);
-            false
-        }
-    }
+    let stale = |f| storage.map(f).map(|old| crate::stale::recycling_writes(&old, len, owner));
+    prepare::recycle_file_with(storage, &from, name, len.into(), stale).is_ok()
 }

@@ -142,8 +142,7 @@ impl Wal {
         if source.is_none() && self.check_budget("a spare segment").is_err() {
             return;
         }
-        let (st, name, len) =
-            (self.storage.clone(), segment_file_name(seq), u64::from(self.opts.segment_len_bytes));
+        let (st, name, len) = (self.storage.clone(), segment_file_name(seq), self.opts.segment_len_bytes);
         let reserve = self.reserve_segments;
         let owner = crate::stale::Owner { log_id: self.meta.log_id, segment_seq: seq };
         let spawned = std::thread::Builder::new().name("wal-prepare".into()).spawn(move || {
@@ -151,7 +150,7 @@ impl Wal {
             if source.is_some_and(|old| super::recycle::recycle(&*st, old, &name, len, owner)) {
                 return Ok(true);
             }
-            crate::storage::prepare::prepare_file(&*st, &name, len, reserve).map(|()| false)
+            crate::storage::prepare::prepare_file(&*st, &name, len.into(), reserve).map(|()| false)
         });
         // If no thread can be started, the rotation prepares the segment itself.
         if let Ok(h) = spawned {

@@ -3,7 +3,7 @@
 //! writer's thread or on the background thread that prepares the next segment) and never touch
 //! the completion queue, and both leave nothing behind when they fail.
 
-use super::{write_all_at, Writer};
+use super::{write_all_at, FileId, Writer};
 use std::io;
 
 /// Creates `name` (it must not exist) as `len` zero bytes, syncs it and the directory, all before
@@ -45,6 +45,20 @@ pub fn recycle_file(
     len: u64,
     writes: &[(u64, Vec<u8>)],
 ) -> io::Result<()> {
+    recycle_file_with(w, from, name, len, |_| Ok(writes))
+}
+
+/// [`recycle_file`] with writes made of the old contents (the stale table is): `writes` is
+/// called with `from` open and its length checked, and may read it (through the same storage)
+/// before anything is written. So the file is opened, and its length checked, once per
+/// recycling. A failure of `writes` is a failed recycling like any other: neither name stays.
+pub fn recycle_file_with<W: AsRef<[(u64, Vec<u8>)]>>(
+    w: &dyn Writer,
+    from: &str,
+    name: &str,
+    len: u64,
+    writes: impl FnOnce(FileId) -> io::Result<W>,
+) -> io::Result<()> {
     let r = (|| {
         let f = w.open(from)?;
         let r = (|| {
@@ -55,7 +69,7 @@ pub fn recycle_file(
                     format!("{from} holds {have} bytes, a segment {len}"),
                 ));
             }
-            for (at, bytes) in writes {
+            for (at, bytes) in writes(f)?.as_ref() {
                 write_all_at(w, f, *at, bytes)?;
             }
             w.sync_data(f)
@@ -72,8 +86,10 @@ pub fn recycle_file(
 }
 
 /// Removes what a failed preparation left and syncs the directory, as far as it can: the
-/// failure being reported is the one that matters, and an open that finds a leftover removes
-/// it (a spare's name says what it is).
+/// failure being reported is the one that matters, and a leftover's name says what it is to
+/// the next open (FORMAT.md section 1): a `{seq}.wal` after the last segment holding records
+/// is a spare, taken as it is or, of another length (a fill the crash lost), removed and made
+/// again when the log comes to use it; a `{seq}.recycle` is set aside again or removed.
 fn forget(w: &dyn Writer, names: &[&str]) {
     for n in names {
         let _ = w.remove(n);
@@ -188,5 +204,40 @@ mod tests {
         w.fail_sync.store(true, Ordering::Relaxed);
         recycle_file(&w, "old", "new", 8192, &[(0, vec![0; 512])]).unwrap_err();
         assert_eq!(w.list().unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn recycling_makes_its_writes_of_the_old_contents_after_the_length_check() {
+        let (_d, w) = storage();
+        let old = |w: &FailingSync| {
+            let f = w.create("old").unwrap();
+            crate::storage::write_all_at(w, f, 0, &[7u8; 8192]).unwrap();
+            w.close(f);
+        };
+        // Of another length: `writes` is never called, and neither name stays.
+        old(&w);
+        let e = recycle_file_with(&w, "old", "new", 4096, |_| -> io::Result<Vec<(u64, Vec<u8>)>> {
+            panic!("called before the length check")
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert_eq!(w.list().unwrap(), Vec::<String>::new());
+        // `writes` reads the old contents through the handle it is given.
+        old(&w);
+        recycle_file_with(&w, "old", "new", 8192, |f| {
+            let mut b = [0u8; 4];
+            assert_eq!(w.read_at(f, 100, &mut b)?, 4);
+            Ok(vec![(0, b.iter().map(|x| x + 1).collect::<Vec<u8>>())])
+        })
+        .unwrap();
+        assert_eq!(bytes(&w, "new")[..5], [8, 8, 8, 8, 7]);
+        // A `writes` that fails is a failed recycling: neither name stays.
+        old(&w);
+        let e = recycle_file_with(&w, "old", "new2", 8192, |_| -> io::Result<Vec<(u64, Vec<u8>)>> {
+            Err(io::Error::from_raw_os_error(5))
+        })
+        .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(5));
+        assert_eq!(w.list().unwrap(), ["new"]);
     }
 }

@@ -22,6 +22,7 @@ mod open_check;
 mod pipelining;
 mod recovery_modes;
 mod recycle;
+mod seam;
 mod segment_fill;
 mod torn_footer;
 mod torn_only;
