@@ -11,7 +11,8 @@
 //! `taskset -c 0 cargo bench -p wal-benches --bench verify_state` (one core, as the floor asks;
 //! about a minute with the build).
 
-use catalog::{Catalog, Command, EntityId, EntityKind};
+use catalog::test_support::lake_command;
+use catalog::Catalog;
 use std::path::Path;
 use std::time::Instant;
 use verifier::state::{check_state, verify_with_state, StateOptions, StateVerdict};
@@ -32,16 +33,7 @@ fn build(dir: &Path) -> u64 {
     let mut a = Applier::new(Catalog::new(), WINDOW);
     let mut bytes = 0u64;
     for i in 0..entry_count() {
-        let cmd = if i == 0 {
-            Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] }
-        } else {
-            Command::Create {
-                parent: Some(EntityId(1)),
-                kind: EntityKind::Catalog,
-                name: format!("catalog-{i:08}"),
-                props: vec![b'p'; 200],
-            }
-        };
+        let cmd = lake_command(i, format!("catalog-{i:08}"), vec![b'p'; 200]);
         let p = Envelope::encode(EntryKind::Command, None, &cmd.encode());
         bytes += p.len() as u64;
         let lsn = log.append(Epoch(0), &p).unwrap();

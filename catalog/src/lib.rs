@@ -124,6 +124,7 @@ mod command;
 mod diff;
 mod entity;
 mod state;
+pub mod test_support;
 mod wire;
 
 pub use command::{Command, Op, Receipt, Refusal, COMMAND_VERSION, RECEIPT_LEN, RECEIPT_VERSION};

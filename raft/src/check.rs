@@ -12,7 +12,7 @@
 //!   the pipeline and walcheck use) from the node's snapshot file (`DIR/sm/raft-snapshot`),
 //!   feeding it the command bytes of each command entry and every checkpoint record the node's
 //!   state machine wrote, and compares the replayed state with every digest a majority of the
-//!   voters claimed in the log (`claims.rs`) after an index past the snapshot: CLEAN,
+//!   voters claimed in the log (`claims/`) after an index past the snapshot: CLEAN,
 //!   DIVERGENT (where, with both digests) or UNSUPPORTED_VERSION. The claims are what make a
 //!   replica whose log differs from the others' DIVERGENT: its own checkpoints agree with its
 //!   own log;

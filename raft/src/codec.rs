@@ -15,7 +15,7 @@
 //! so a normal entry carries the envelope and command bytes unchanged after a short header.
 //! Kinds 0 and 2 have no body.
 //!
-//! A digest claim (kind 3, issue 21: "node N: digest D after index i", `claims.rs`) is an
+//! A digest claim (kind 3, issue 21: "node N: digest D after index i", `claims/`) is an
 //! openraft normal entry whose data is [`crate::Request::Claim`]; it never reaches the apply
 //! seam, so it changes neither the catalog nor its digest. Its body, little-endian:
 //!

@@ -4,7 +4,7 @@
 //! - `apply`: a command entry goes through `Applier::apply(index, epoch 0, bytes)`, the same
 //!   function a restart replay and `walcheck` use; blank entries only advance the applied log
 //!   id; a membership entry is remembered as the last membership; a digest claim entry
-//!   (`claims.rs`) never reaches the seam: it is counted, and when a majority of the voters
+//!   (`claims/`) never reaches the seam: it is counted, and when a majority of the voters
 //!   agreed on a digest other than this node's own at the claimed index, this node fences
 //!   itself and `apply` fails (openraft then stops this node's Raft). After a claim index, the
 //!   node's digest there is kept and claimed. Every responder is answered.
@@ -58,7 +58,7 @@ pub struct StateMachineStore {
     membership: StoredMembership,
     current: Arc<Mutex<Option<Current>>>,
     dir: Option<PathBuf>,
-    /// Claim indexes are the multiples of this (0: none), `claims.rs`.
+    /// Claim indexes are the multiples of this (0: none), `claims/`.
     every: u64,
     /// Where local checkpoints go.
     checkpointer: Option<crate::Checkpointer>,
@@ -208,7 +208,7 @@ impl StateMachineStore {
         Ok(())
     }
 
-    /// Makes every index that is a multiple of `every` a claim index (`claims.rs`) and records
+    /// Makes every index that is a multiple of `every` a claim index (`claims/`) and records
     /// a checkpoint of the state after it into the log (what [`crate::LogStore::open_verified`]
     /// compares a replay with at the next start), at the last command at or below it. With
     /// [`StateMachineStore::with_claims`] the checkpoint is recorded only once a majority of
@@ -221,7 +221,7 @@ impl StateMachineStore {
     }
 
     /// Claims this node's digest at every claim index (see `with_checkpoints`) and compares
-    /// the claims it applies (`claims.rs`): once a majority of the voters agreed on a digest
+    /// the claims it applies (`claims/`): once a majority of the voters agreed on a digest
     /// that differs from this node's own at that index, the node fences itself (`cfg.fence`)
     /// and its `apply` fails, which stops its Raft.
     pub fn with_claims(mut self, cfg: ClaimConfig) -> Self {

@@ -11,7 +11,7 @@
 //! voter, or refused. The replay is `claims::Replayed`, the one `walraft-node check` runs
 //! (`check.rs`), over `wal_state::Replayer`, the core the pipeline and walcheck use.
 //!
-//! The same replay compares the digest claims the log holds (issue 21, `claims.rs`): at every
+//! The same replay compares the digest claims the log holds (issue 21, `claims/`): at every
 //! claim index past the snapshot where claims from a majority of the voters agree on a digest,
 //! the replayed state must have that digest, else DIVERGENT at that index. A node's own
 //! checkpoints only say that its replay reproduces what it applied; the claims say whether that
@@ -82,7 +82,7 @@ fn hex(d: &[u8; 32]) -> String {
 
 /// Replays `wal` after the snapshot (`base`, applied through `from - 1`, with `membership`
 /// the voters there) and compares every checkpoint at or after `from`, and every digest a
-/// majority of the voters claimed after an index past the snapshot (`claims.rs`).
+/// majority of the voters claimed after an index past the snapshot (`claims/`).
 pub(crate) fn check(
     wal: &Wal,
     base: Applier<Catalog>,

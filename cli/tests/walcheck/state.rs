@@ -2,6 +2,7 @@
 //! then `walcheck verify` (CLEAN, DIVERGENT, UNSUPPORTED_VERSION, --state, --base) and
 //! `walcheck compare`.
 
+use catalog::test_support::lake_command;
 use catalog::{Catalog, Command, EntityId, EntityKind};
 use std::ffi::OsString;
 use std::path::Path;
@@ -14,16 +15,7 @@ fn write_log(dir: &Path, n: u64, snapshot_at: Option<u64>) -> Option<String> {
     let (p, _) = Pipeline::open(dir, opts, Hooks::default(), Catalog::new).unwrap();
     let mut snap = None;
     for i in 0..n {
-        let cmd = if i == 0 {
-            Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] }
-        } else {
-            Command::Create {
-                parent: Some(EntityId(1)),
-                kind: EntityKind::Catalog,
-                name: format!("c{i}"),
-                props: vec![7; 100],
-            }
-        };
+        let cmd = lake_command(i, format!("c{i}"), vec![7; 100]);
         p.submit(&cmd.encode(), None).unwrap().wait().unwrap();
         if Some(i + 1) == snapshot_at {
             snap = Some(p.snapshot().unwrap());
@@ -115,16 +107,7 @@ fn state_snapshots_compare_and_name_the_first_differing_entity() {
     // Same commands as write_log up to 20, except entity 7 is named differently.
     for i in 0..20u64 {
         let name = if i == 6 { "renamed".to_string() } else { format!("c{i}") };
-        let cmd = if i == 0 {
-            Command::Create { parent: None, kind: EntityKind::Metalake, name: "lake".into(), props: vec![] }
-        } else {
-            Command::Create {
-                parent: Some(EntityId(1)),
-                kind: EntityKind::Catalog,
-                name,
-                props: vec![7; 100],
-            }
-        };
+        let cmd = lake_command(i, name, vec![7; 100]);
         p.submit(&cmd.encode(), None).unwrap().wait().unwrap();
     }
     let (applier_lsn, _) = p.applied();

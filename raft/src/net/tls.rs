@@ -9,10 +9,10 @@
 //! **Reload without a restart.** Every new connection, accepted or opened, asks
 //! [`TlsFiles::current`], which compares each file's size, modification time and inode with the
 //! last load and reads the three again when one moved; a node also looks once a second
-//! (`node/server.rs`), so a change takes effect with no new connection. Each load that
+//! (`node/server/connection.rs`), so a change takes effect with no new connection. Each load that
 //! replaces the material is a new generation ([`TlsFiles::changes`]), and connections already
 //! open are checked against it: one whose peer's certificate no longer verifies (its authority
-//! was replaced) is closed at once by the node that accepted it (`node/server.rs`) and not
+//! was replaced) is closed at once by the node that accepted it (`node/server/connection.rs`) and not
 //! reused by the one that opened it ([`super::stream::Stream::reusable`]). A revoked
 //! certificate therefore stops working on kept connections too, within a second.
 //!

@@ -119,7 +119,7 @@ impl Msg {
 
     /// The node a Raft message says sent it: the leader of an append-entries or a snapshot
     /// chunk, the candidate of a vote or pre-vote (whose vote is its own). A node serves such a
-    /// message only on a connection whose hello came from that same node (`node/server.rs`):
+    /// message only on a connection whose hello came from that same node (`node/server/connection.rs`):
     /// a certificate proves who said hello, and this binds what it sends afterwards to it.
     pub fn raft_sender(&self) -> Option<u64> {
         use openraft::vote::RaftLeaderId;

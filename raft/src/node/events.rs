@@ -3,7 +3,7 @@
 //! that no majority acknowledged within its lease (it cannot commit: a lone restarted node, or
 //! one cut off), and the lease held again; openraft's core stopping. Snapshots, truncations,
 //! purges, fences and failed RPCs are logged where they happen (`state_machine.rs`,
-//! `log_store.rs`, `fence.rs`, `net/transport.rs`). The binary installs a subscriber whose
+//! `log_store/`, `fence.rs`, `net/transport.rs`). The binary installs a subscriber whose
 //! levels come from `RUST_LOG`; a controller embedding the library installs its own. The same
 //! watch keeps the network's address book ([`Addresses`]) on the newest membership.
 

@@ -6,7 +6,7 @@
 //!
 //! Why this kills a leader: its log writer group-commits, so at any moment under load some
 //! entries are queued behind the fdatasync in flight, yet they are already served to followers
-//! from memory (`log_store.rs`, `Recent`). A SIGKILL then loses them on the leader only. Before
+//! from memory (`log_store/recent.rs`, `Recent`). A SIGKILL then loses them on the leader only. Before
 //! the fix the node came back as leader of the same term without an election (openraft's
 //! leader restore) and gave the lost entries' log ids to new entries; the followers kept the old
 //! ones (same ids), and the replicas diverged. docs/replication-safety.md has the argument.

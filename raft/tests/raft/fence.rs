@@ -16,7 +16,7 @@ use crate::support::{create, created_id, Cluster, WAIT};
 /// One cluster at a time: three nodes each on two shared cores is enough.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// `run`'s exit code for a fenced node (`walraft-node.rs`).
+/// `run`'s exit code for a fenced node (`walraft-node/main.rs`).
 const EXIT_FENCED: i32 = 9;
 
 /// Alters `id`'s state in memory: the last index it had applied then.

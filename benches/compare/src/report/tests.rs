@@ -2,6 +2,8 @@
 //! performance rows held to the committed results they cite.
 
 use super::*;
+use crate::engines::Res;
+use std::path::Path;
 
 fn sample(engine: &str, workload: &str, practice: Practice, ops: f64, p99: f64) -> Sample {
     Sample {
