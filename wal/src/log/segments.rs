@@ -50,7 +50,7 @@ impl Wal {
             if len != u64::from(seg_len) {
                 self.storage.close(f);
                 self.storage.remove(&name).map_err(|e| self.fail_io("replacing a spare segment", e))?;
-                (self.create_segment(&name, seg_len)?, false)
+                (self.create_segment(seq, seg_len)?, false)
             } else {
                 (f, spare.recycled)
             }
@@ -58,7 +58,7 @@ impl Wal {
             (f, true)
         } else {
             self.check_budget("a new segment")?;
-            (self.create_segment(&name, seg_len)?, false)
+            (self.create_segment(seq, seg_len)?, false)
         };
         self.spares.retain(|s| s.seq != seq);
         let mut header = SegmentHeader::new(self.meta.log_id, seg_len, seq, self.next_seq, self.last_crc);
@@ -121,11 +121,30 @@ impl Wal {
         };
     }
 
-    fn create_segment(&mut self, name: &str, len: u32) -> Result<FileId> {
-        let st = self.storage.clone();
-        let r = crate::storage::prepare::prepare_file(&*st, name, len.into(), self.reserve_segments);
+    /// Makes the file of segment `seq` at an activation. A file already there that the log does
+    /// not know as a spare is a leftover of a failed preparation or recycling whose cleanup could
+    /// not remove it (`storage::prepare`): it is removed and the segment prepared again, once
+    /// (a failed removal is the error reported). That cannot remove a record: the log writes
+    /// records only into the active segment, and here none is active, `seq` is past every
+    /// segment holding records and no background preparation is running (`finish_preparing`
+    /// waited for it); a known spare is taken, not made. An open treats such a file alike: a
+    /// name after the last segment holding records is a spare (FORMAT.md section 1). Decided
+    /// here, by the name, rather than by remembering failures: a recycling's leftover on the
+    /// writer's thread, or one found some rotations later, is handled the same way.
+    fn create_segment(&mut self, seq: u64, len: u32) -> Result<FileId> {
+        let (st, name, reserve) = (self.storage.clone(), segment_file_name(seq), self.reserve_segments);
+        let prepare = || crate::storage::prepare::prepare_file(&*st, &name, len.into(), reserve);
+        let mut r = prepare();
+        let past_records = self.active.is_none()
+            && self.preparing.is_none()
+            && self.segments.last().is_none_or(|s| s.seq < seq);
+        debug_assert!(past_records, "segment {seq} made over records");
+        if past_records && r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::AlreadyExists) {
+            st.remove(&name).map_err(|e| self.fail_io(format!("removing a leftover {name}"), e))?;
+            r = prepare();
+        }
         r.map_err(|e| self.fail_io(format!("preparing {name}"), e))?;
-        st.open(name).map_err(|e| self.fail_io(format!("opening {name}"), e))
+        st.open(&name).map_err(|e| self.fail_io(format!("opening {name}"), e))
     }
 
     /// Prepares segment `seq` (zero-filled, synced, durable in the directory) on a helper thread,
@@ -159,7 +178,10 @@ impl Wal {
     }
 
     /// Waits for a background preparation; a prepared `seq` becomes a spare. A failed one is
-    /// forgotten: the rotation prepares the segment itself and reports its own error.
+    /// forgotten: the rotation prepares the segment itself and reports its own error. Should the
+    /// failed one have left its file (its cleanup could not remove it), the rotation finds the
+    /// name taken, removes that file and prepares the segment again (`create_segment`): a fault
+    /// that is gone by then fences nothing.
     pub(super) fn finish_preparing(&mut self, seq: Option<u64>) {
         if let Some((s, h)) = self.preparing.take() {
             let done = match h.join() {

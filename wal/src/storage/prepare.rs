@@ -89,7 +89,9 @@ pub fn recycle_file_with<W: AsRef<[(u64, Vec<u8>)]>>(
 /// failure being reported is the one that matters, and a leftover's name says what it is to
 /// the next open (FORMAT.md section 1): a `{seq}.wal` after the last segment holding records
 /// is a spare, taken as it is or, of another length (a fill the crash lost), removed and made
-/// again when the log comes to use it; a `{seq}.recycle` is set aside again or removed.
+/// again when the log comes to use it; a `{seq}.recycle` is set aside again or removed. A
+/// live writer that never learnt of a `{seq}.wal` left so removes it when it comes to make that
+/// segment (`log/segments.rs`, `create_segment`).
 fn forget(w: &dyn Writer, names: &[&str]) {
     for n in names {
         let _ = w.remove(n);

@@ -1,8 +1,10 @@
 //! Combined faults at the storage seam (`wal/src/storage/`): a failed preparation or recycling
-//! whose cleanup fails too, a recycling interrupted by a crash twice over, and a read-only
+//! whose cleanup fails too (what the next open finds, and what the live log's next rotation
+//! does with the name left), a recycling interrupted by a crash twice over, and a read-only
 //! handle opened on a log a live writer is appending to.
 
 mod failed_cleanup;
+mod leftover;
 mod live_reader;
 mod recycle_twice;
 
