@@ -6,7 +6,9 @@ use crate::error::{CrcVerdict, Error, Result};
 use crate::format::*;
 use crate::lifecycle::{cut_tail, init, sync_dir, sync_unsealed};
 use crate::log::open_check::Trust;
-use crate::log::{Active, Backend, OpenCheck, OpenReport, Options, Spare, Staged, Wal, STATE_MAX_LEN};
+use crate::log::{
+    Active, Backend, OpenCheck, OpenReport, Options, Spare, Staged, Wal, Watermarks, STATE_MAX_LEN,
+};
 use crate::recovery::{self, LogScan, RecoveryMode};
 use crate::scan::Logical;
 use crate::storage::{FileStorage, LockGuard, Reader, Storage};
@@ -174,6 +176,8 @@ impl Wal {
             meta: Default::default(),
         });
         let last_seq = scan.next_seq.saturating_sub(1);
+        // (segment, offset) just past the last batch the scan found: durable, as all it found.
+        let end = scan.segments.last().map(|s| (s.seq, s.data_end));
         let checked = scan.trusted == 0 || opts.open_check == OpenCheck::TrustSealed;
         let mut wal = Wal {
             storage,
@@ -191,12 +195,8 @@ impl Wal {
             pins: Default::default(),
             next_seq: scan.next_seq,
             last_crc: scan.last_crc,
-            written_logical: logical.clone(),
-            durable_logical: logical.clone(),
+            marks: Watermarks::opened(last_seq, logical.clone(), end),
             position: logical.into(),
-            written_seq: last_seq,
-            durable_seq: last_seq,
-            durable_end: None,
             staged: Staged::default(),
             fenced: None,
             preparing: None,
@@ -209,7 +209,6 @@ impl Wal {
             deferred_prepare: None,
             opts,
         };
-        wal.durable_end = wal.written_end();
         let resume = wal.segments.last().filter(|s| !s.sealed() && !wal.opts.read_only).map(|s| s.seq);
         // Continue in the last segment if it is not sealed.
         if !wal.opts.read_only {

@@ -158,7 +158,7 @@ impl Wal {
     pub fn replay_from(&self, from: Option<Lsn>, bound: Durability) -> Result<Replay> {
         let end = match bound {
             Durability::Written => self.written_end(),
-            Durability::Durable => self.durable_end,
+            Durability::Durable => self.marks.durable_end(),
         };
         // A replay of the whole log re-checks every record: it stands for the check when it ends
         // cleanly. One from an LSN skips records, so it does not.

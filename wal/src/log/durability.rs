@@ -36,12 +36,12 @@ impl Wal {
 
     /// The record sequence made durable by the last completed sync.
     pub(crate) fn durable_seq(&self) -> u64 {
-        self.durable_seq
+        self.marks.durable_seq()
     }
 
     /// The record sequence written to the OS so far.
     pub(crate) fn written_seq(&self) -> u64 {
-        self.written_seq
+        self.marks.written_seq()
     }
 
     /// Whether a sync submitted by [`Wal::start_sync`] is still in flight.
@@ -56,7 +56,7 @@ impl Wal {
     /// what [`SegmentFill::Adaptive`] counts.
     pub(crate) fn start_sync(&mut self, waited: bool) -> Result<bool> {
         self.check_writable(None)?;
-        if self.pipe.sync.is_some() || self.written_seq <= self.durable_seq {
+        if self.pipe.sync.is_some() || !self.marks.unsynced() {
             return Ok(false);
         }
         if waited {
@@ -75,8 +75,8 @@ impl Wal {
         }
         self.pipe.sync = Some(SyncInFlight {
             token,
-            seq: self.written_seq,
-            logical: self.written_logical.clone(),
+            seq: self.marks.written_seq(),
+            logical: self.marks.written_logical().clone(),
             end: self.written_end(),
             started,
         });
@@ -137,16 +137,12 @@ impl Wal {
     /// Moves the durable watermark to what a completed sync covered. It only grows; anything
     /// else is a bug, and the log stops rather than acknowledge on a watermark it cannot trust.
     fn advance_durable(&mut self, seq: u64, logical: Logical, end: Option<(u64, u64)>) -> Result<()> {
-        if seq < self.durable_seq {
-            let why =
-                format!("internal: the durable watermark would move back from {} to {seq}", self.durable_seq);
+        let was = self.marks.durable_seq();
+        if !self.marks.durable(seq, logical, end) {
+            let why = format!("internal: the durable watermark would move back from {was} to {seq}");
             self.fenced.get_or_insert_with(|| why.clone());
             return Err(Error::Fenced { cause: why });
         }
-        debug_assert!(seq <= self.written_seq, "durable {seq} past written {}", self.written_seq);
-        self.durable_seq = seq;
-        self.durable_logical = logical;
-        self.durable_end = end;
         Ok(())
     }
 
@@ -163,7 +159,7 @@ impl Wal {
     /// unsynced byte exists).
     pub fn sync(&mut self) -> Result<()> {
         self.flush()?;
-        if self.written_seq > self.durable_seq {
+        if self.marks.unsynced() {
             self.count_waited_sync();
         }
         self.sync_written()
@@ -178,7 +174,7 @@ impl Wal {
 
     pub(super) fn sync_written(&mut self) -> Result<()> {
         self.settle()?;
-        if self.written_seq <= self.durable_seq {
+        if !self.marks.unsynced() {
             return Ok(());
         }
         let Some(file) = self.active.as_ref().map(|a| a.file) else {
@@ -194,7 +190,8 @@ impl Wal {
                 return Err(self.fail_sync(e));
             }
         }
-        let (seq, logical, end) = (self.written_seq, self.written_logical.clone(), self.written_end());
+        let (seq, logical, end) =
+            (self.marks.written_seq(), self.marks.written_logical().clone(), self.written_end());
         self.advance_durable(seq, logical, end)
     }
 }

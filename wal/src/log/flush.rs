@@ -38,7 +38,8 @@ impl Wal {
             epoch: self.staged.frame_epoch,
             records: self.staged.records,
         };
-        let (seq_after, crc_after) = seal_batch(&mut buf, &frame, self.next_seq, prev, self.durable_seq);
+        let (seq_after, crc_after) =
+            seal_batch(&mut buf, &frame, self.next_seq, prev, self.marks.durable_seq());
         let len = buf.len() as u64;
         if header.is_recycled() {
             // Whole sectors: the padding to the next batch is written, not left to the file's
@@ -65,8 +66,7 @@ impl Wal {
         debug_assert!(seq_after > self.next_seq, "a written batch moved the record sequence back");
         self.next_seq = seq_after;
         self.last_crc = crc_after;
-        self.written_seq = seq_after - 1;
-        self.written_logical = self.position.logical().clone();
+        self.marks.written(seq_after - 1, self.position.logical().clone());
         let frame_off = write_off + frame_at as u64;
         let a = self.active.as_mut().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
         // The next batch starts on a sector boundary (FORMAT.md: batches never share a sector).
@@ -117,7 +117,7 @@ impl Wal {
         if let Err(e2) = zeroed {
             self.fenced = Some(format!("withdrawing a batch after disk full failed: {e2}"));
         }
-        self.position = Position::from(self.written_logical.clone());
+        self.position = Position::from(self.marks.written_logical().clone());
         self.staged = Staged::default();
         if off == 0 {
             // The batch carried the segment header: the file is a spare again.

@@ -27,6 +27,8 @@
 //!   position gave them, and the checks every write makes first;
 //! - `segments.rs`: a segment's life: activated (a spare, a recycled file or a new one),
 //!   prepared ahead on a helper thread, sealed with its footer;
+//! - `watermarks.rs`: how far records are written and durable, and the only moves of those
+//!   watermarks (each checked in debug builds);
 //! - `durability.rs`: syncs, pipelined or not, and the durable watermark they move; a failed
 //!   sync fences the log;
 //! - `flush.rs`: writing the staged batch, and withdrawing it after disk full;
@@ -45,6 +47,7 @@ mod position;
 pub(crate) mod recycle;
 mod segments;
 mod staging;
+mod watermarks;
 
 pub use close::PurgeReport;
 pub(crate) use durability::Pipelined;
@@ -53,11 +56,11 @@ pub use options::{Backend, Options, SegmentFill, RESERVE_BYTES_PER_SYNC};
 pub(crate) use position::{Op, Position};
 pub(crate) use segments::{Active, Spare};
 pub(crate) use staging::Staged;
+pub(crate) use watermarks::Watermarks;
 
 use crate::error::{CrcVerdict, Damage};
 use crate::format::*;
 use crate::recovery::SegmentInfo;
-use crate::scan::Logical;
 use crate::storage::{LockGuard, Storage};
 use crate::{Epoch, Lsn};
 use open_check::Trust;
@@ -138,13 +141,8 @@ pub struct Wal {
     /// The logical position after staged records: the one place that admits an operation
     /// and assigns its LSNs (`position.rs`).
     pub(crate) position: Position,
-    /// After written records (restored when a batch is withdrawn).
-    pub(crate) written_logical: Logical,
-    pub(crate) durable_logical: Logical,
-    pub(crate) written_seq: u64,
-    pub(crate) durable_seq: u64,
-    /// (segment, offset) just past the last durable batch.
-    pub(crate) durable_end: Option<(u64, u64)>,
+    /// How far records are written and durable; only its methods move it (`watermarks.rs`).
+    pub(crate) marks: Watermarks,
     pub(crate) staged: Staged,
     pub(crate) fenced: Option<String>,
     /// The next segment being prepared on a helper thread.
@@ -170,7 +168,7 @@ impl std::fmt::Debug for Wal {
         f.debug_struct("Wal")
             .field("segments", &self.segments.len())
             .field("next_lsn", &self.position.next_lsn())
-            .field("durable_seq", &self.durable_seq)
+            .field("durable_seq", &self.marks.durable_seq())
             .finish_non_exhaustive()
     }
 }
@@ -188,14 +186,12 @@ impl Wal {
 
     /// The last LSN that is durable (its batch synced), if any entry is.
     pub fn durable_lsn(&self) -> Option<Lsn> {
-        let l = &self.durable_logical;
-        l.first_lsn.map(|_| Lsn(l.next_lsn - 1))
+        self.marks.durable_lsn().map(Lsn)
     }
 
     /// The last LSN written to the OS (visible to in-process readers), if any.
     pub fn written_lsn(&self) -> Option<Lsn> {
-        let l = &self.written_logical;
-        l.first_lsn.map(|_| Lsn(l.next_lsn - 1))
+        self.marks.written_lsn().map(Lsn)
     }
 
     /// Whether segments were ever purged from the front of the log (the purge floor is past the

@@ -243,12 +243,10 @@ impl Wal {
         let footer = FooterInfo { payload: fp, index, seq: self.next_seq, crc: footer_crc };
         self.next_seq += 1;
         self.last_crc = footer_crc;
-        self.written_seq = self.next_seq - 1;
-        self.durable_seq = self.written_seq;
         if let Some(last) = self.segments.last_mut() {
             last.footer = Some(footer);
         }
-        self.durable_end = self.written_end();
+        self.marks.sealed(self.next_seq - 1, self.written_end());
         if let Some(a) = self.active.take() {
             self.storage.close(a.file);
         }
