@@ -7,7 +7,7 @@ use crate::format::*;
 use crate::lifecycle::{cut_tail, init, sync_dir, sync_unsealed};
 use crate::log::open_check::Trust;
 use crate::log::{
-    Active, Backend, OpenCheck, OpenReport, Options, Spare, Staged, Wal, Watermarks, STATE_MAX_LEN,
+    Active, Backend, Files, OpenCheck, OpenReport, Options, Spare, Staged, Wal, Watermarks, STATE_MAX_LEN,
 };
 use crate::recovery::{self, LogScan, RecoveryMode};
 use crate::scan::Logical;
@@ -178,46 +178,37 @@ impl Wal {
         let last_seq = scan.next_seq.saturating_sub(1);
         // (segment, offset) just past the last batch the scan found: durable, as all it found.
         let end = scan.segments.last().map(|s| (s.seq, s.data_end));
+        let spares = scan
+            .spares
+            .iter()
+            .map(|&seq| Spare { seq, recycled: scan.recycled_spares.contains(&seq) })
+            .collect();
         let checked = scan.trusted == 0 || opts.open_check == OpenCheck::TrustSealed;
         let mut wal = Wal {
             storage,
             _lock: lock,
             max_payload,
             meta,
-            segments: scan.segments,
-            active: None,
-            spares: scan
-                .spares
-                .iter()
-                .map(|&seq| Spare { seq, recycled: scan.recycled_spares.contains(&seq) })
-                .collect(),
-            pool,
-            pins: Default::default(),
-            next_seq: scan.next_seq,
-            last_crc: scan.last_crc,
+            files: Files::opened(scan.segments, spares, pool, scan.next_seq, scan.last_crc),
             marks: Watermarks::opened(last_seq, logical.clone(), end),
             position: logical.into(),
             staged: Staged::default(),
             fenced: None,
-            preparing: None,
-            syncs_in_segment: None,
-            reserve_segments: false,
             token: 0,
             closed: false,
             pipe: Default::default(),
             trust: Trust::new(checked),
-            deferred_prepare: None,
             opts,
         };
-        let resume = wal.segments.last().filter(|s| !s.sealed() && !wal.opts.read_only).map(|s| s.seq);
+        let resume = wal.files.last().filter(|s| !s.sealed() && !wal.opts.read_only).map(|s| s.seq);
         // Continue in the last segment if it is not sealed.
         if !wal.opts.read_only {
-            if let Some(last) = wal.segments.last() {
+            if let Some(last) = wal.files.last() {
                 if !last.sealed() {
                     let name = segment_file_name(last.seq);
                     let file =
                         wal.storage.open(&name).map_err(|e| Error::io(format!("opening {name}"), e))?;
-                    wal.active = Some(Active {
+                    let active = Active {
                         seq: last.seq,
                         header: last.header,
                         file,
@@ -225,7 +216,8 @@ impl Wal {
                         index: Vec::new(),
                         index_stride: 1,
                         batches: 0,
-                    });
+                    };
+                    wal.files.resume(active);
                 }
             }
         }
@@ -234,7 +226,7 @@ impl Wal {
                 wal.prepare_next(seq + 1);
             } else {
                 // It creates a file: not before the records are checked (log/open_check.rs).
-                wal.deferred_prepare = Some(seq + 1);
+                wal.files.defer_prepare(seq + 1);
             }
         }
         Ok(wal)

@@ -163,8 +163,13 @@ impl Wal {
         // A replay of the whole log re-checks every record: it stands for the check when it ends
         // cleanly. One from an LSN skips records, so it does not.
         let credit = (from.is_none() && self.trust.unchecked()).then(|| self.trust.clone());
-        let mut r =
-            Replay::new(self.storage.clone(), self.pins.clone(), &self.segments, end, from.map(|l| l.0))?;
+        let mut r = Replay::new(
+            self.storage.clone(),
+            self.files.pins().clone(),
+            self.files.segments(),
+            end,
+            from.map(|l| l.0),
+        )?;
         r.credit = credit;
         Ok(r)
     }

@@ -45,10 +45,10 @@ impl Wal {
     /// Whether a close would write nothing: no active segment to seal and the last sealed one
     /// already recorded as closed (what `seal_active` and `record_close` skip).
     fn close_writes_nothing(&self) -> bool {
-        self.active.is_none()
+        self.files.active().is_none()
             && !self.staged.open
             && self
-                .segments
+                .files
                 .last()
                 .is_none_or(|s| s.footer.is_none() || self.meta.closed_segment_seq.get() == s.seq)
     }
@@ -67,14 +67,15 @@ impl Wal {
     pub fn purge_before(&mut self, below: Lsn) -> Result<PurgeReport> {
         self.check_writable(None)?;
         self.settle()?;
-        let n = self.segments.len().saturating_sub(1);
+        let n = self.files.segments().len().saturating_sub(1);
         let k = self
-            .segments
+            .files
+            .segments()
             .iter()
             .take(n)
             .take_while(|s| s.sealed() && (s.counts.entries == 0 || s.counts.max_lsn < below.0))
             .count();
-        let Some(floor) = self.segments.get(k) else {
+        let Some(floor) = self.files.segments().get(k) else {
             return Ok(PurgeReport::default());
         };
         if k == 0 {
@@ -89,7 +90,7 @@ impl Wal {
         .with_close(self.meta.closed_segment_seq.get(), self.meta.closed_footer_crc.get());
         self.write_meta(&meta)?;
         self.meta = meta;
-        let removed: Vec<SegmentInfo> = self.segments.drain(..k).collect();
+        let removed: Vec<SegmentInfo> = self.files.purge_front(k);
         self.remove_or_set_aside(&removed)?;
         let removed: Vec<u64> = removed.iter().map(|s| s.seq).collect();
         if let Err(e) = self.run(Op::SyncDir) {
@@ -101,7 +102,7 @@ impl Wal {
     /// Records in `wal.meta` that the last segment was sealed by a clean close, which attests
     /// its footer (otherwise the last write of the log, hence unattested).
     fn record_close(&mut self) -> Result<()> {
-        let Some((seq, crc)) = self.segments.last().and_then(|s| s.footer.as_ref().map(|f| (s.seq, f.crc)))
+        let Some((seq, crc)) = self.files.last().and_then(|s| s.footer.as_ref().map(|f| (s.seq, f.crc)))
         else {
             return Ok(());
         };

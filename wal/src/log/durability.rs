@@ -62,7 +62,7 @@ impl Wal {
         if waited {
             self.count_waited_sync();
         }
-        let Some(file) = self.active.as_ref().map(|a| a.file) else {
+        let Some(file) = self.files.active().map(|a| a.file) else {
             return Err(Error::InvalidArgument("unsynced records without an active segment".into()));
         };
         self.token += 1;
@@ -167,9 +167,7 @@ impl Wal {
 
     /// Counts a sync that an acknowledgement waits for, for [`SegmentFill::Adaptive`].
     fn count_waited_sync(&mut self) {
-        if let Some(n) = &mut self.syncs_in_segment {
-            *n += 1;
-        }
+        self.files.count_waited_sync();
     }
 
     pub(super) fn sync_written(&mut self) -> Result<()> {
@@ -177,7 +175,7 @@ impl Wal {
         if !self.marks.unsynced() {
             return Ok(());
         }
-        let Some(file) = self.active.as_ref().map(|a| a.file) else {
+        let Some(file) = self.files.active().map(|a| a.file) else {
             return Err(Error::InvalidArgument("unsynced records without an active segment".into()));
         };
         if let Err(e) = self.run(Op::SyncData { file }) {

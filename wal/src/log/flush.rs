@@ -2,14 +2,12 @@
 //! sealed now), the segment's counts and index after it; and withdrawing a batch whose write
 //! ran out of space, which leaves the log usable.
 
+use super::files::Written;
 use super::{Position, Staged, Wal};
-use crate::batch::{merge_counts, seal_batch, Frame};
+use crate::batch::{seal_batch, Frame};
 use crate::error::{Error, Result};
 use crate::format::*;
-use crate::recovery::SegmentInfo;
-use crate::scan::Counts;
 use crate::storage::{self, FileId, Op};
-use zerocopy::little_endian::U64;
 
 impl Wal {
     /// Writes the staged batch as one frame (handed to the OS, not synced).
@@ -24,14 +22,14 @@ impl Wal {
             self.staged.open = false;
             return Ok(());
         }
-        let Some(a) = self.active.as_ref() else {
+        let Some(a) = self.files.active() else {
             return Err(Error::InvalidArgument("staged records without an active segment".into()));
         };
-        let (file, write_off, seg_seq, header) = (a.file, a.write_off, a.seq, a.header);
+        let (file, write_off, header) = (a.file, a.write_off, a.header);
         let mut buf = std::mem::take(&mut self.staged.buf);
         let frame_at = self.staged.frame_at;
         // A segment's first record links to the segment's chain seed, not to the previous record.
-        let prev = if write_off == 0 { header.chain_seed() } else { self.last_crc };
+        let prev = if write_off == 0 { header.chain_seed() } else { self.files.last_crc() };
         let frame = Frame {
             at: frame_at,
             lsn: self.staged.frame_lsn,
@@ -39,7 +37,7 @@ impl Wal {
             records: self.staged.records,
         };
         let (seq_after, crc_after) =
-            seal_batch(&mut buf, &frame, self.next_seq, prev, self.marks.durable_seq());
+            seal_batch(&mut buf, &frame, self.files.next_seq(), prev, self.marks.durable_seq());
         let len = buf.len() as u64;
         if header.is_recycled() {
             // Whole sectors: the padding to the next batch is written, not left to the file's
@@ -63,40 +61,19 @@ impl Wal {
                 b
             })
             .unwrap_or_default();
-        debug_assert!(seq_after > self.next_seq, "a written batch moved the record sequence back");
-        self.next_seq = seq_after;
-        self.last_crc = crc_after;
+        let written = Written {
+            next_seq: seq_after,
+            last_crc: crc_after,
+            frame_lsn: s.frame_lsn,
+            frame_off: write_off + frame_at as u64,
+            data_end: write_off + len,
+            counts: &s.counts,
+            records: s.records,
+        };
+        if !self.files.batch_written(&written) {
+            return Err(Error::InvalidArgument("no active segment".into()));
+        }
         self.marks.written(seq_after - 1, self.position.logical().clone());
-        let frame_off = write_off + frame_at as u64;
-        let a = self.active.as_mut().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
-        // The next batch starts on a sector boundary (FORMAT.md: batches never share a sector).
-        let data_end = write_off + len;
-        a.write_off = data_end.next_multiple_of(SECTOR as u64);
-        a.batches += 1;
-        if s.counts.cuts > 0 || a.index_stride == 0 {
-            // Seeking by index assumes LSNs grow within the segment; a cut ends that.
-            a.index.clear();
-            a.index_stride = 0;
-        } else if a.batches % a.index_stride == 0 {
-            a.index.push(IndexPoint { lsn: U64::new(s.frame_lsn), offset: U64::new(frame_off) });
-            if a.index.len() > MAX_INDEX_POINTS {
-                a.index = a.index.iter().skip(1).step_by(2).copied().collect();
-                a.index_stride *= 2;
-            }
-        }
-        if self.segments.last().is_none_or(|l| l.seq != seg_seq) {
-            self.segments.push(SegmentInfo {
-                seq: seg_seq,
-                header,
-                footer: None,
-                counts: Counts { min_keep_lt: u64::MAX, ..Counts::default() },
-                data_end: 0,
-            });
-        }
-        if let Some(info) = self.segments.last_mut() {
-            merge_counts(&mut info.counts, &s.counts, 1 + s.records);
-            info.data_end = data_end;
-        }
         Ok(())
     }
 

@@ -25,6 +25,8 @@
 //!   LSNs, which the writer thread's submit side runs on its own copy;
 //! - `staging.rs`: the appends and other records staged into the next batch at the LSNs the
 //!   position gave them, and the checks every write makes first;
+//! - `files.rs`: the segment files the handle holds (records, active, spares, set aside, being
+//!   prepared) and the record chain, and the only changes to them;
 //! - `segments.rs`: a segment's life: activated (a spare, a recycled file or a new one),
 //!   prepared ahead on a helper thread, sealed with its footer;
 //! - `watermarks.rs`: how far records are written and durable, and the only moves of those
@@ -40,6 +42,7 @@
 
 mod close;
 mod durability;
+mod files;
 mod flush;
 pub(crate) mod open_check;
 mod options;
@@ -51,16 +54,15 @@ mod watermarks;
 
 pub use close::PurgeReport;
 pub(crate) use durability::Pipelined;
+pub(crate) use files::{Active, Files, Spare};
 pub use open_check::OpenCheck;
 pub use options::{Backend, Options, SegmentFill, RESERVE_BYTES_PER_SYNC};
 pub(crate) use position::{Op, Position};
-pub(crate) use segments::{Active, Spare};
 pub(crate) use staging::Staged;
 pub(crate) use watermarks::Watermarks;
 
 use crate::error::{CrcVerdict, Damage};
 use crate::format::*;
-use crate::recovery::SegmentInfo;
 use crate::storage::{LockGuard, Storage};
 use crate::{Epoch, Lsn};
 use open_check::Trust;
@@ -129,15 +131,8 @@ pub struct Wal {
     pub(crate) opts: Options,
     pub(crate) max_payload: u32,
     pub(crate) meta: MetaFile,
-    pub(crate) segments: Vec<SegmentInfo>,
-    pub(crate) active: Option<Active>,
-    pub(crate) spares: Vec<Spare>,
-    /// Purged segment files set aside for reuse, by the sequence they had, ascending.
-    pub(crate) pool: Vec<u64>,
-    /// The segments that replays of this process have mapped (never overwritten meanwhile).
-    pub(crate) pins: Arc<recycle::Pins>,
-    pub(crate) next_seq: u64,
-    pub(crate) last_crc: u32,
+    /// The segment files and the record chain; only its methods change them (`files.rs`).
+    pub(crate) files: Files,
     /// The logical position after staged records: the one place that admits an operation
     /// and assigns its LSNs (`position.rs`).
     pub(crate) position: Position,
@@ -145,28 +140,17 @@ pub struct Wal {
     pub(crate) marks: Watermarks,
     pub(crate) staged: Staged,
     pub(crate) fenced: Option<String>,
-    /// The next segment being prepared on a helper thread.
-    /// (Its result: whether the file was made of a recycled one.)
-    pub(crate) preparing: Option<(u64, std::thread::JoinHandle<std::io::Result<bool>>)>,
-    /// Syncs that an acknowledgement waited for (`Wal::sync`, or a pipelined sync covering a
-    /// durable entry) since the active segment was activated; `None` before the first
-    /// activation of this process (nothing to judge the next segment's fill on).
-    pub(crate) syncs_in_segment: Option<u64>,
-    /// Whether new segment files are reserved rather than written (see [`SegmentFill`]).
-    pub(crate) reserve_segments: bool,
     pub(crate) token: u64,
     pub(crate) closed: bool,
     pub(crate) pipe: Pipelined,
     /// Whether the records the open took on trust were checked (`open_check.rs`).
     pub(crate) trust: Arc<Trust>,
-    /// The next segment to prepare once they were (preparing creates a file: not before).
-    pub(crate) deferred_prepare: Option<u64>,
 }
 
 impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wal")
-            .field("segments", &self.segments.len())
+            .field("segments", &self.files.segments().len())
             .field("next_lsn", &self.position.next_lsn())
             .field("durable_seq", &self.marks.durable_seq())
             .finish_non_exhaustive()
@@ -229,7 +213,7 @@ impl Wal {
 
     /// Segment files holding records (from the purge floor).
     pub fn segment_count(&self) -> usize {
-        self.segments.len()
+        self.files.segments().len()
     }
 
     /// Whether a failed write or sync fenced the log: it then accepts nothing until it is
@@ -245,6 +229,6 @@ impl Wal {
 
     /// (segment, offset) just past the last written batch.
     pub(crate) fn written_end(&self) -> Option<(u64, u64)> {
-        self.segments.last().map(|s| (s.seq, s.data_end))
+        self.files.last().map(|s| (s.seq, s.data_end))
     }
 }

@@ -117,7 +117,7 @@ impl Wal {
             }
         }
         // The next segment's preparation waits for the check too (it creates a file).
-        if let Some(seq) = self.deferred_prepare.take() {
+        if let Some(seq) = self.files.take_deferred_prepare() {
             self.prepare_next(seq);
         }
         Ok(())

@@ -101,7 +101,7 @@ impl Wal {
     pub(crate) fn remove_or_set_aside(&mut self, removed: &[SegmentInfo]) -> Result<()> {
         for s in removed.iter().rev() {
             let name = segment_file_name(s.seq);
-            let keep = self.pool.len() < self.opts.recycle_segments
+            let keep = self.files.pool_len() < self.opts.recycle_segments
                 && s.header.segment_len.get() == self.opts.segment_len_bytes;
             let r = if keep {
                 self.storage.rename(&name, &recycle_file_name(s.seq))
@@ -112,23 +112,16 @@ impl Wal {
                 return Err(self.fail_io("removing a purged segment", e));
             }
             if keep {
-                self.pool.push(s.seq);
+                self.files.set_aside(s.seq);
             }
         }
-        self.pool.sort_unstable();
         Ok(())
-    }
-
-    /// Takes a file to recycle: the newest one no replay has mapped.
-    pub(crate) fn take_recyclable(&mut self) -> Option<u64> {
-        let i = self.pool.iter().rposition(|&s| !self.pins.is_pinned(s))?;
-        Some(self.pool.remove(i))
     }
 
     /// Rotation without a prepared spare: makes segment file `name` of a set-aside file, if one
     /// can be taken and its recycling works (otherwise the caller creates a new file).
     pub(crate) fn recycle_into(&mut self, seq: u64, len: u32) -> Result<Option<FileId>> {
-        let Some(old) = self.take_recyclable() else { return Ok(None) };
+        let Some(old) = self.files.take_recyclable() else { return Ok(None) };
         let name = segment_file_name(seq);
         let owner = Owner { log_id: self.meta.log_id, segment_seq: seq };
         if !recycle(&*self.storage, old, &name, len, owner) {

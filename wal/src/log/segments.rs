@@ -2,8 +2,8 @@
 //! one, within the size budget, zeros written or reserved), the next one prepared ahead on a
 //! helper thread, and sealed: its data synced, then its footer written and synced.
 
-use super::options::{SegmentFill, RESERVE_BYTES_PER_SYNC};
-use super::Wal;
+use super::options::RESERVE_BYTES_PER_SYNC;
+use super::{Active, Wal};
 use crate::batch;
 use crate::error::{Error, Result};
 use crate::format::*;
@@ -12,38 +12,17 @@ use crate::storage::{FileId, Op};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
-/// A pre-created segment file after the last one holding records, which never took a record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Spare {
-    pub(crate) seq: u64,
-    /// Made of a recycled file: the header it gets must say so (FORMAT.md section 2.2).
-    pub(crate) recycled: bool,
-}
-
-/// The segment being appended to.
-#[derive(Debug)]
-pub(crate) struct Active {
-    pub(crate) seq: u64,
-    pub(crate) header: SegmentHeader,
-    pub(crate) file: FileId,
-    /// Bytes written into the file (the next batch goes here).
-    pub(crate) write_off: u64,
-    pub(crate) index: Vec<IndexPoint>,
-    pub(crate) index_stride: u32,
-    pub(crate) batches: u32,
-}
-
 impl Wal {
     /// Makes the next segment the active one: a zero-filled file made durable in the directory,
     /// and a staged first batch holding the segment header and the log's state.
     pub(super) fn activate(&mut self) -> Result<()> {
-        debug_assert!(self.active.is_none() && !self.staged.open);
-        let seq = self.segments.last().map_or(self.meta.floor_segment_seq.get(), |s| s.seq + 1);
+        debug_assert!(self.files.active().is_none() && !self.staged.open);
+        let seq = self.files.last().map_or(self.meta.floor_segment_seq.get(), |s| s.seq + 1);
         let seg_len = self.opts.segment_len_bytes;
         let name = segment_file_name(seq);
         self.choose_fill();
         self.finish_preparing(Some(seq));
-        let spare = self.spares.iter().find(|s| s.seq == seq).copied();
+        let spare = self.files.spare(seq);
         let (file, recycled) = if let Some(spare) = spare {
             let f = self.storage.open(&name).map_err(|e| self.fail_io("opening a spare segment", e))?;
             let len = self.storage.len(f).map_err(|e| self.fail_io("sizing a spare segment", e))?;
@@ -60,15 +39,22 @@ impl Wal {
             self.check_budget("a new segment")?;
             (self.create_segment(seq, seg_len)?, false)
         };
-        self.spares.retain(|s| s.seq != seq);
-        let mut header = SegmentHeader::new(self.meta.log_id, seg_len, seq, self.next_seq, self.last_crc);
+        let (next_seq, last_crc) = (self.files.next_seq(), self.files.last_crc());
+        let mut header = SegmentHeader::new(self.meta.log_id, seg_len, seq, next_seq, last_crc);
         if recycled {
             header = header.recycled();
         }
         self.staged.buf.clear();
         self.staged.buf.extend_from_slice(header.as_bytes());
-        self.active =
-            Some(Active { seq, header, file, write_off: 0, index: Vec::new(), index_stride: 1, batches: 0 });
+        self.files.activate(Active {
+            seq,
+            header,
+            file,
+            write_off: 0,
+            index: Vec::new(),
+            index_stride: 1,
+            batches: 0,
+        });
         self.prepare_next(seq + 1);
         self.open_frame();
         let mut state = Vec::new();
@@ -80,23 +66,15 @@ impl Wal {
 
     /// The active segment took no record after all: its file is a spare again.
     pub(super) fn active_back_to_spares(&mut self) {
-        if let Some(a) = self.active.take() {
-            self.storage.close(a.file);
-            self.spares.push(Spare { seq: a.seq, recycled: a.header.is_recycled() });
+        if let Some(file) = self.files.active_back_to_spares() {
+            self.storage.close(file);
         }
-    }
-
-    /// Segment files on disk: the ones holding records, the active one, spares.
-    fn segment_files(&self) -> u64 {
-        let active_unlisted =
-            self.active.as_ref().is_some_and(|a| self.segments.last().map(|s| s.seq) != Some(a.seq));
-        (self.segments.len() + self.spares.len() + self.pool.len() + usize::from(active_unlisted)) as u64
     }
 
     /// Refuses one more segment file beyond the size budget.
     fn check_budget(&self, what: &str) -> Result<()> {
         let Some(budget) = self.opts.max_log_bytes else { return Ok(()) };
-        let need = (self.segment_files() + 1) * u64::from(self.opts.segment_len_bytes);
+        let need = (self.files.file_count() + 1) * u64::from(self.opts.segment_len_bytes);
         if need > budget {
             return Err(Error::DiskFull {
                 context: format!(
@@ -107,18 +85,11 @@ impl Wal {
         Ok(())
     }
 
-    /// Decides, at an activation, how the next segment files get their zeros: on the
-    /// segment just sealed, by how many syncs someone waited for while it took its bytes (the
-    /// seal's own syncs and the syncs that only bound `Written` entries do not count).
+    /// Decides, at an activation, how the next segment files get their zeros
+    /// ([`Files::choose_fill`](super::Files::choose_fill)).
     fn choose_fill(&mut self) {
-        let last = self.syncs_in_segment.replace(0);
-        self.reserve_segments = match self.opts.segment_fill {
-            SegmentFill::Zeros => false,
-            SegmentFill::Reserved => true,
-            SegmentFill::Adaptive => last.is_some_and(|syncs| {
-                syncs * RESERVE_BYTES_PER_SYNC <= u64::from(self.opts.segment_len_bytes)
-            }),
-        };
+        let (fill, len) = (self.opts.segment_fill, self.opts.segment_len_bytes);
+        self.files.choose_fill(fill, RESERVE_BYTES_PER_SYNC, len);
     }
 
     /// Makes the file of segment `seq` at an activation. A file already there that the log does
@@ -132,12 +103,13 @@ impl Wal {
     /// here, by the name, rather than by remembering failures: a recycling's leftover on the
     /// writer's thread, or one found some rotations later, is handled the same way.
     fn create_segment(&mut self, seq: u64, len: u32) -> Result<FileId> {
-        let (st, name, reserve) = (self.storage.clone(), segment_file_name(seq), self.reserve_segments);
+        let (st, name, reserve) =
+            (self.storage.clone(), segment_file_name(seq), self.files.reserve_segments());
         let prepare = || crate::storage::prepare::prepare_file(&*st, &name, len.into(), reserve);
         let mut r = prepare();
-        let past_records = self.active.is_none()
-            && self.preparing.is_none()
-            && self.segments.last().is_none_or(|s| s.seq < seq);
+        let past_records = self.files.active().is_none()
+            && !self.files.preparing()
+            && self.files.last().is_none_or(|s| s.seq < seq);
         debug_assert!(past_records, "segment {seq} made over records");
         if past_records && r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::AlreadyExists) {
             st.remove(&name).map_err(|e| self.fail_io(format!("removing a leftover {name}"), e))?;
@@ -150,19 +122,16 @@ impl Wal {
     /// Prepares segment `seq` (zero-filled, synced, durable in the directory) on a helper thread,
     /// so the rotation that needs it does not wait for it.
     pub(crate) fn prepare_next(&mut self, seq: u64) {
-        if !self.opts.prepare_in_background
-            || self.spares.iter().any(|s| s.seq == seq)
-            || self.preparing.is_some()
-        {
+        if !self.opts.prepare_in_background || !self.files.may_prepare(seq) {
             return;
         }
         // A set-aside file, or a new one within the budget.
-        let source = self.take_recyclable();
+        let source = self.files.take_recyclable();
         if source.is_none() && self.check_budget("a spare segment").is_err() {
             return;
         }
         let (st, name, len) = (self.storage.clone(), segment_file_name(seq), self.opts.segment_len_bytes);
-        let reserve = self.reserve_segments;
+        let reserve = self.files.reserve_segments();
         let owner = crate::stale::Owner { log_id: self.meta.log_id, segment_seq: seq };
         let spawned = std::thread::Builder::new().name("wal-prepare".into()).spawn(move || {
             // Ok(true): made of a recycled file.
@@ -173,7 +142,7 @@ impl Wal {
         });
         // If no thread can be started, the rotation prepares the segment itself.
         if let Ok(h) = spawned {
-            self.preparing = Some((seq, h));
+            self.files.preparing_started(seq, h);
         }
     }
 
@@ -183,15 +152,7 @@ impl Wal {
     /// name taken, removes that file and prepares the segment again (`create_segment`): a fault
     /// that is gone by then fences nothing.
     pub(super) fn finish_preparing(&mut self, seq: Option<u64>) {
-        if let Some((s, h)) = self.preparing.take() {
-            let done = match h.join() {
-                Ok(Ok(recycled)) => Some(recycled),
-                _ => None,
-            };
-            if let (Some(recycled), true) = (done, Some(s) == seq) {
-                self.spares.push(Spare { seq: s, recycled });
-            }
-        }
+        self.files.finish_preparing(seq);
     }
 
     /// Seals the active segment: its data durable, then its footer written and synced. A later
@@ -200,18 +161,19 @@ impl Wal {
     pub(super) fn seal_active(&mut self) -> Result<()> {
         self.flush()?;
         self.sync_written()?;
-        let Some(a) = self.active.as_ref() else {
+        let Some(a) = self.files.active() else {
             return Ok(());
         };
         let (file, seq, index, header_len) = (a.file, a.seq, a.index.clone(), a.header.segment_len.get());
-        let Some(info) = self.segments.last().filter(|s| s.seq == seq) else {
+        let Some(info) = self.files.last().filter(|s| s.seq == seq) else {
             // Nothing was ever written into it: leave it as a spare.
             self.active_back_to_spares();
             return Ok(());
         };
+        let (next_seq, last_crc) = (self.files.next_seq(), self.files.last_crc());
         let c = &info.counts;
         let fp = FooterPayload {
-            durable_seq: U64::new(self.next_seq - 1),
+            durable_seq: U64::new(next_seq - 1),
             data_end: U64::new(info.data_end),
             record_count: U32::new(c.records),
             entry_count: U32::new(c.entries),
@@ -228,7 +190,7 @@ impl Wal {
         let h =
             batch::header(Kind::Footer, 0, payload.len(), self.position.next_lsn(), self.position.epoch());
         let mut rec = Vec::with_capacity(record_len(payload.len()));
-        let footer_crc = batch::encode_record(h, self.next_seq, self.last_crc, &payload, &mut rec);
+        let footer_crc = batch::encode_record(h, next_seq, last_crc, &payload, &mut rec);
         let at = footer_offset(header_len) as u64;
         let r =
             self.run(Op::Write { file, offset: at, data: rec }).and_then(|_| self.run(Op::SyncData { file }));
@@ -240,15 +202,11 @@ impl Wal {
             }
             return Err(err);
         }
-        let footer = FooterInfo { payload: fp, index, seq: self.next_seq, crc: footer_crc };
-        self.next_seq += 1;
-        self.last_crc = footer_crc;
-        if let Some(last) = self.segments.last_mut() {
-            last.footer = Some(footer);
-        }
-        self.marks.sealed(self.next_seq - 1, self.written_end());
-        if let Some(a) = self.active.take() {
-            self.storage.close(a.file);
+        let footer = FooterInfo { payload: fp, index, seq: next_seq, crc: footer_crc };
+        let file = self.files.sealed(footer);
+        self.marks.sealed(next_seq, self.written_end());
+        if let Some(file) = file {
+            self.storage.close(file);
         }
         Ok(())
     }

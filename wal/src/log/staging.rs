@@ -205,13 +205,13 @@ impl Wal {
     /// segments as needed. Everything in one call lands in one frame of one segment.
     fn reserve(&mut self, need: usize) -> Result<()> {
         for _ in 0..3 {
-            if self.active.is_none() {
+            if self.files.active().is_none() {
                 self.activate()?;
             }
             if !self.staged.open {
                 self.open_frame();
             }
-            let a = self.active.as_ref().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
+            let a = self.files.active().ok_or_else(|| Error::InvalidArgument("no active segment".into()))?;
             // The segment's own length and kind (its header), which a reopened log may have set
             // differently.
             let limit = a.header.data_limit() as u64;
