@@ -72,7 +72,7 @@ impl Shared {
     }
 }
 
-/// Reads a [`LogStore`]'s counters (see [`LogStore::io_stats_handle`]).
+/// Reads a [`LogStore`](super::LogStore)'s counters (see [`LogStore::io_stats_handle`](super::LogStore::io_stats_handle)).
 #[derive(Clone, Debug)]
 pub struct IoStatsHandle(pub(super) Arc<Shared>);
 
