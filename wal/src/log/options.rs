@@ -69,6 +69,17 @@ pub struct Options {
     /// checked: before the first write by default (a whole replay counts), at the open, or,
     /// only by name, never (see [`OpenCheck`], README "What an open checks").
     pub open_check: OpenCheck,
+    /// How many bytes of sealed segments, newest first, the log leaves in the OS page cache.
+    /// When a seal pushes an older segment beyond this, the log tells the OS to drop that
+    /// segment's pages (`posix_fadvise(POSIX_FADV_DONTNEED)`; all of them are durable by then).
+    /// The page cache then gives the next writes memory the log itself just freed, instead of
+    /// growing by a segment's length of new memory for every segment written: on the virtual
+    /// machines measured here new memory cost about 3 CPU seconds per GiB copied into it and
+    /// made a log that is never purged 2-3x slower on durable appends (README, "A log that is
+    /// never purged"). What it costs: a replay after a restart reads the older segments from
+    /// the disk rather than from memory. The active segment always stays cached, and so do
+    /// pages still mapped by a reader. Default 256 MiB; `u64::MAX` leaves the cache to the OS.
+    pub cached_log_bytes: u64,
 }
 
 /// How a new segment file is made of zeros before records overwrite it.
@@ -115,6 +126,7 @@ impl Default for Options {
             segment_fill: SegmentFill::Adaptive,
             recycle_segments: 2,
             open_check: OpenCheck::BeforeFirstWrite,
+            cached_log_bytes: 256 << 20,
         }
     }
 }

@@ -7,6 +7,7 @@ use super::{Active, Wal};
 use crate::batch;
 use crate::error::{Error, Result};
 use crate::format::*;
+use crate::recovery::SegmentInfo;
 use crate::scan::{self, FooterInfo};
 use crate::storage::{FileId, Op};
 use zerocopy::little_endian::{U32, U64};
@@ -208,7 +209,37 @@ impl Wal {
         if let Some(file) = file {
             self.storage.close(file);
         }
+        self.drop_beyond_cache_budget();
         Ok(())
+    }
+
+    /// Tells the OS to drop the cached pages of the sealed segments this seal pushed beyond
+    /// [`Options::cached_log_bytes`](super::Options::cached_log_bytes), newest first: those
+    /// whose newer sealed segments, this one included, add up to more than the budget, but
+    /// did not before this one was sealed (the older ones went at earlier seals). Every byte
+    /// of them is durable (each was synced before its footer). A hint: a failure to open or
+    /// advise is ignored, as the pages then simply stay.
+    fn drop_beyond_cache_budget(&self) {
+        let budget = self.opts.cached_log_bytes;
+        let len = |s: &SegmentInfo| u64::from(s.header.segment_len.get());
+        let mut sealed = self.files.segments().iter().rev().filter(|s| s.sealed()).peekable();
+        let Some(newest_len) = sealed.peek().map(|s| len(s)) else { return };
+        // The segment's length and every newer sealed one's.
+        let mut newer = 0u64;
+        for s in sealed {
+            newer = newer.saturating_add(len(s));
+            if newer <= budget {
+                continue;
+            }
+            if newer - newest_len > budget {
+                // Beyond the budget before this seal already: dropped then.
+                break;
+            }
+            if let Ok(f) = self.storage.open(&segment_file_name(s.seq)) {
+                let _ = self.storage.drop_cached(f);
+                self.storage.close(f);
+            }
+        }
     }
 
     /// Seals the active segment now (the next append starts a new one).

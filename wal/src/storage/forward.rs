@@ -128,6 +128,11 @@ macro_rules! forward_storage {
             self.$f.zero_fill(file, len)
         }
     };
+    (@one $f:ident drop_cached) => {
+        fn drop_cached(&self, file: $crate::storage::FileId) -> ::std::io::Result<()> {
+            self.$f.drop_cached(file)
+        }
+    };
     (@one $f:ident reserve) => {
         fn reserve(&self, file: $crate::storage::FileId, len: u64) -> ::std::io::Result<bool> {
             self.$f.reserve(file, len)

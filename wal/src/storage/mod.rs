@@ -22,7 +22,8 @@
 //! - [`FileStorage`]: real files in a directory (`Files`: `pwrite`, `fdatasync`, directory
 //!   fsync, `fallocate`, `flock`) under the synchronous driver, optionally with a sync thread
 //!   that runs each fdatasync so the submitter can write the next batch meanwhile (the portable
-//!   backend);
+//!   backend); its writes go to the kernel in pieces of at most 16 KiB (`pieces.rs`: the page
+//!   cache's folio size follows the size of a write);
 //! - `UringStorage` (Linux): the same files, with writes and fdatasyncs submitted through
 //!   io_uring and reaped as they complete;
 //! - `wal_sim::MemStorage` (the test-only crate `wal/sim`): in memory, with a durable image
@@ -34,6 +35,7 @@ mod bell;
 mod file;
 mod file_kind;
 mod forward;
+mod pieces;
 pub mod prepare;
 mod read_only;
 mod synchronous;
@@ -215,6 +217,14 @@ pub trait Writer: Reader {
     fn reserve(&self, file: FileId, len: u64) -> io::Result<bool> {
         let _ = (file, len);
         Ok(false)
+    }
+    /// Lets the OS drop the file's cached pages (`posix_fadvise(POSIX_FADV_DONTNEED)`), called
+    /// once everything in the file is durable. A hint: pages still dirty or mapped stay, reads
+    /// still see every byte (from the disk), and the caller ignores a failure. The default
+    /// does nothing.
+    fn drop_cached(&self, file: FileId) -> io::Result<()> {
+        let _ = file;
+        Ok(())
     }
 }
 

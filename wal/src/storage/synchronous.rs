@@ -68,7 +68,7 @@ impl<B: Blocking> Reader for Synchronous<B> {
 }
 
 impl<B: Blocking> Writer for Synchronous<B> {
-    crate::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve);
+    crate::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve, drop_cached);
 }
 
 impl<B: Blocking> Completions for Synchronous<B> {

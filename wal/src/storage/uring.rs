@@ -339,7 +339,7 @@ impl Reader for UringStorage {
 }
 
 impl Writer for UringStorage {
-    crate::forward_storage!(files: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve);
+    crate::forward_storage!(files: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve, drop_cached);
 }
 
 impl Completions for UringStorage {

@@ -19,6 +19,7 @@ mod io_thread;
 mod model;
 mod module_cycles;
 mod open_check;
+mod page_cache;
 mod pipelining;
 mod recovery_modes;
 mod recycle;
