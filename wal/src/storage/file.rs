@@ -3,7 +3,6 @@
 //! (operations run at submission and their completions wait in a queue until reaped); the
 //! io_uring backend submits their writes and syncs to the kernel instead.
 
-use super::pieces::write_in_pieces;
 use super::{not_regular_in, Blocking, FileId, LockGuard, Mapping, Reader, Synchronous, Writer};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -12,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Zero-fill writes go out in chunks of this size (each in pieces, `pieces.rs`).
+/// Zero-fill writes go out in chunks of this size.
 const ZERO_CHUNK: usize = 1 << 20;
 
 /// Reads from `offset` until `buf` is full or the file ends (pread, retried on EINTR); returns
@@ -314,10 +313,8 @@ impl Writer for Files {
         self.lock(true)
     }
 
-    /// In pieces of at most 16 KiB (`pieces.rs` says why).
     fn write_at(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<usize> {
-        let f = self.file(file)?;
-        write_in_pieces(offset, data, |piece, at| f.write_at(piece, at))
+        self.file(file)?.write_at(data, offset)
     }
 
     fn sync_data(&self, file: FileId) -> io::Result<()> {
@@ -334,12 +331,8 @@ impl Writer for Files {
         let mut at = f.metadata()?.len();
         while at < len {
             let n = ((len - at) as usize).min(ZERO_CHUNK);
-            let wrote =
-                write_in_pieces(at, zeros.get(..n).unwrap_or_default(), |piece, o| f.write_at(piece, o))?;
-            if wrote == 0 {
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "zero-fill made no progress"));
-            }
-            at += wrote as u64;
+            f.write_all_at(zeros.get(..n).unwrap_or_default(), at)?;
+            at += n as u64;
         }
         Ok(())
     }

@@ -22,8 +22,7 @@
 //! - [`FileStorage`]: real files in a directory (`Files`: `pwrite`, `fdatasync`, directory
 //!   fsync, `fallocate`, `flock`) under the synchronous driver, optionally with a sync thread
 //!   that runs each fdatasync so the submitter can write the next batch meanwhile (the portable
-//!   backend); its writes go to the kernel in pieces of at most 16 KiB (`pieces.rs`: the page
-//!   cache's folio size follows the size of a write);
+//!   backend);
 //! - `UringStorage` (Linux): the same files, with writes and fdatasyncs submitted through
 //!   io_uring and reaped as they complete;
 //! - `wal_sim::MemStorage` (the test-only crate `wal/sim`): in memory, with a durable image
@@ -35,7 +34,6 @@ mod bell;
 mod file;
 mod file_kind;
 mod forward;
-mod pieces;
 pub mod prepare;
 mod read_only;
 mod synchronous;
