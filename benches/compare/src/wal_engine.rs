@@ -36,7 +36,7 @@ impl WalEngine {
     pub const PURGE_EVERY: Duration = Duration::from_millis(100);
 
     /// Opens (or creates) a log in `dir` with the default `Options` and `AsyncOptions` (but for
-    /// the `WAL_SEGMENT_FILL` and `WAL_RECYCLE` experiments); with [`Practice::Best`] a thread
+    /// the `WAL_SEGMENT_FILL`, `WAL_RECYCLE` and `WAL_CACHED_LOG_BYTES` experiments); with [`Practice::Best`] a thread
     /// purges every sealed segment every [`Self::PURGE_EVERY`], as a controller that snapshots
     /// continuously would.
     pub fn open(dir: &Path, practice: Practice) -> Res<WalEngine> {
@@ -47,6 +47,12 @@ impl WalEngine {
         }
         if let Ok(n) = std::env::var("WAL_RECYCLE") {
             opts.recycle_segments = n.parse().map_err(|_| format!("WAL_RECYCLE={n}: a count"))?;
+        }
+        if let Ok(n) = std::env::var("WAL_CACHED_LOG_BYTES") {
+            opts.cached_log_bytes = match n.as_str() {
+                "max" => u64::MAX,
+                _ => n.parse().map_err(|_| format!("WAL_CACHED_LOG_BYTES={n}: a byte count or max"))?,
+            };
         }
         let (log, _report) = wal::Wal::open(dir, opts)?;
         let log = Arc::new(wal::AsyncWal::start(log, wal::AsyncOptions::default())?);
