@@ -210,7 +210,14 @@ fn run_refuses_an_existing_directory() {
 
 /// Runs `kind --handshake` on `dir`, answering each line after `at(line number, line)`;
 /// returns the ack lines.
-fn run_with_handshake(kind: &str, dir: &Path, seed: u64, mut at: impl FnMut(usize, &str)) -> Vec<String> {
+/// `at(n, line, pid)` runs after the `n`th ack line, while the workload (process `pid`) waits
+/// for the answer.
+fn run_with_handshake(
+    kind: &str,
+    dir: &Path,
+    seed: u64,
+    mut at: impl FnMut(usize, &str, u32),
+) -> Vec<String> {
     let mut child = Command::new(BIN)
         .args([
             "run",
@@ -225,6 +232,7 @@ fn run_with_handshake(kind: &str, dir: &Path, seed: u64, mut at: impl FnMut(usiz
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawning");
+    let pid = child.id();
     let mut stdin = child.stdin.take().expect("stdin");
     let stdout = BufReader::new(child.stdout.take().expect("stdout"));
     let mut acks = Vec::new();
@@ -234,7 +242,7 @@ fn run_with_handshake(kind: &str, dir: &Path, seed: u64, mut at: impl FnMut(usiz
             break;
         }
         acks.push(line);
-        at(acks.len(), acks.last().map_or("", String::as_str));
+        at(acks.len(), acks.last().map_or("", String::as_str), pid);
         stdin.write_all(b"go\n").and_then(|()| stdin.flush()).expect("answering");
     }
     assert!(child.wait().expect("waiting").success(), "{kind}: the handshake run failed");
@@ -248,7 +256,7 @@ fn handshake_waits_for_each_answer() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let plain = run("sync", &tmp.path().join("plain"), 21);
     let dir = tmp.path().join("shaken");
-    let acks = run_with_handshake("sync", &dir, 21, |_, _| {});
+    let acks = run_with_handshake("sync", &dir, 21, |_, _, _| {});
     assert_eq!(acks, plain, "the handshake changes nothing but the pace");
     ok("sync", &dir, &acks);
 
@@ -268,6 +276,45 @@ fn handshake_waits_for_each_answer() {
 
 /// Copies the files of `from` into a new `to` (not the lock; a file renamed or removed by a
 /// helper thread meanwhile is skipped, as a crash may find it gone).
+/// Runs `f` with every thread of process `pid` stopped (SIGSTOP, then waiting until
+/// /proc says each one is), and lets the process go on after, also if `f` panics. A copy taken
+/// meanwhile is what a kill -9 at that instant leaves: every write that returned is in it whole
+/// and none is in progress. A copy of a running process is not: in the async workloads other
+/// threads keep writing while one waits for its answer, and a batch written while the copy
+/// reads it can come out zeros first and data after, which no crash leaves (walcheck rightly
+/// calls that CORRUPT_TAIL; seen once in CI, 2026-12-07).
+fn frozen(pid: u32, f: impl FnOnce()) {
+    struct Resume(i32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on the test's own child.
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    let pid = i32::try_from(pid).expect("a pid");
+    let _resume = Resume(pid);
+    // SAFETY: kill(2) on the test's own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "stopping the workload");
+    let state = |task: PathBuf| -> Option<char> {
+        let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+        // `pid (comm) S ...`: the state follows the last `)`.
+        stat.rsplit_once(')')?.1.trim_start().chars().next()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let tasks: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("the workload's threads")
+            .map(|t| t.expect("a thread").path())
+            .collect();
+        if tasks.iter().all(|t| state(t.clone()) == Some('T')) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the workload's threads did not all stop");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    f();
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for e in std::fs::read_dir(from).expect("read_dir") {
@@ -294,10 +341,10 @@ fn copies_taken_mid_run_honour_the_acks_so_far() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("log");
         let mut copies = Vec::new();
-        let acks = run_with_handshake(kind, &dir, 2, |n, _| {
+        let acks = run_with_handshake(kind, &dir, 2, |n, _, pid| {
             if n % every == 1 {
                 let to = tmp.path().join(format!("copy{n}"));
-                copy_dir(&dir, &to);
+                frozen(pid, || copy_dir(&dir, &to));
                 copies.push((to, n));
             }
         });
