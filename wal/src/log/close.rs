@@ -32,13 +32,13 @@ impl Wal {
         if self.trust.unchecked() && self.close_writes_nothing() {
             // Nothing to seal or record: the log stays as the open found it, unchecked.
             self.closed = true;
-            self.finish_preparing(None);
+            self.finish_helpers();
             return Ok(());
         }
         self.check_writable(None)?;
         let r = self.seal_active().and_then(|()| self.record_close());
         self.closed = true;
-        self.finish_preparing(None);
+        self.finish_helpers();
         r
     }
 
@@ -57,7 +57,7 @@ impl Wal {
     /// batches stay in the page cache). For tests and demonstrations.
     pub fn abandon(mut self) {
         self.closed = true;
-        self.finish_preparing(None);
+        self.finish_helpers();
     }
 
     /// Removes whole sealed segments, from the oldest, whose entries all have LSN < `below`.
@@ -148,6 +148,6 @@ impl Drop for Wal {
             let _ = self.close_inner();
         }
         // Never leave a helper thread writing into the directory behind.
-        self.finish_preparing(None);
+        self.finish_helpers();
     }
 }

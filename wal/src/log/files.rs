@@ -76,6 +76,9 @@ pub(crate) struct Files {
     last_crc: u32,
     /// The next segment being prepared on a helper thread.
     preparing: Option<Preparing>,
+    /// The helper threads telling the OS to drop sealed segments' pages
+    /// (`Wal::drop_beyond_cache_budget`) that were started and not yet joined.
+    uncaching: Vec<JoinHandle<()>>,
     /// The next segment to prepare once the open's trust was checked (preparing creates a
     /// file: not before).
     deferred_prepare: Option<u64>,
@@ -106,6 +109,7 @@ impl Files {
             next_seq,
             last_crc,
             preparing: None,
+            uncaching: Vec::new(),
             deferred_prepare: None,
             reserve_segments: false,
             syncs_in_segment: None,
@@ -321,6 +325,25 @@ impl Files {
             if let (Some(recycled), true) = (done, Some(s) == seq) {
                 self.spares.push(Spare { seq: s, recycled });
             }
+        }
+    }
+
+    /// A helper thread dropping cached pages was started. The ones that finished are joined
+    /// now; one still running (a slow drop) is left to run beside this one, never waited for
+    /// here.
+    pub(crate) fn uncaching_started(&mut self, h: JoinHandle<()>) {
+        let (done, running): (Vec<_>, Vec<_>) = self.uncaching.drain(..).partition(|h| h.is_finished());
+        for h in done {
+            let _ = h.join();
+        }
+        self.uncaching = running;
+        self.uncaching.push(h);
+    }
+
+    /// Waits for every helper thread dropping cached pages.
+    pub(crate) fn finish_uncaching(&mut self) {
+        for h in self.uncaching.drain(..) {
+            let _ = h.join();
         }
     }
 }

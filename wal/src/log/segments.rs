@@ -10,6 +10,7 @@ use crate::format::*;
 use crate::recovery::SegmentInfo;
 use crate::scan::{self, FooterInfo};
 use crate::storage::{FileId, Op};
+use std::sync::Arc;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
@@ -156,6 +157,13 @@ impl Wal {
         self.files.finish_preparing(seq);
     }
 
+    /// Waits for every helper thread (a preparation, forgotten; a drop of cached pages): at a
+    /// close, so that no thread of this handle touches the directory after it.
+    pub(super) fn finish_helpers(&mut self) {
+        self.files.finish_preparing(None);
+        self.files.finish_uncaching();
+    }
+
     /// Seals the active segment: its data durable, then its footer written and synced. A later
     /// segment only takes records after this, which is what lets a valid later segment attest
     /// every byte of this one.
@@ -217,15 +225,20 @@ impl Wal {
     /// [`Options::cached_log_bytes`](super::Options::cached_log_bytes), newest first: those
     /// whose newer sealed segments, this one included, add up to more than the budget, but
     /// did not before this one was sealed (the older ones went at earlier seals). Every byte
-    /// of them is durable (each was synced before its footer). A hint: a failure to open or
-    /// advise is ignored, as the pages then simply stay.
-    fn drop_beyond_cache_budget(&self) {
+    /// of them is durable (each was synced before its footer). A hint, given on a helper
+    /// thread: freeing a segment's pages takes milliseconds that the writer would otherwise
+    /// wait at the seal (the p999 of durable appends). A failure to open or advise is
+    /// ignored, as the pages then simply stay. Should a purge recycle one of these files
+    /// meanwhile, the advice finds its new pages dirty and leaves them (it drops only clean
+    /// pages).
+    fn drop_beyond_cache_budget(&mut self) {
         let budget = self.opts.cached_log_bytes;
         let len = |s: &SegmentInfo| u64::from(s.header.segment_len.get());
         let mut sealed = self.files.segments().iter().rev().filter(|s| s.sealed()).peekable();
         let Some(newest_len) = sealed.peek().map(|s| len(s)) else { return };
         // The segment's length and every newer sealed one's.
         let mut newer = 0u64;
+        let mut names = Vec::new();
         for s in sealed {
             newer = newer.saturating_add(len(s));
             if newer <= budget {
@@ -235,10 +248,28 @@ impl Wal {
                 // Beyond the budget before this seal already: dropped then.
                 break;
             }
-            if let Ok(f) = self.storage.open(&segment_file_name(s.seq)) {
-                let _ = self.storage.drop_cached(f);
-                self.storage.close(f);
+            names.push(segment_file_name(s.seq));
+        }
+        if names.is_empty() {
+            return;
+        }
+        let st = self.storage.clone();
+        let drop_all = move |names: &[String]| {
+            for name in names {
+                if let Ok(f) = st.open(name) {
+                    let _ = st.drop_cached(f);
+                    st.close(f);
+                }
             }
+        };
+        let names = Arc::new(names);
+        let (on_thread, names_there) = (drop_all.clone(), names.clone());
+        let spawned =
+            std::thread::Builder::new().name("wal-uncache".into()).spawn(move || on_thread(&names_there));
+        match spawned {
+            Ok(h) => self.files.uncaching_started(h),
+            // No thread to be had: here, then.
+            Err(_) => drop_all(&names),
         }
     }
 

@@ -7,6 +7,10 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use wal::storage::{Completions, FileId, FileStorage, Reader, Writer};
 use wal::{Epoch, Options, Wal};
 
 const SEG: u32 = 1 << 20;
@@ -60,9 +64,9 @@ fn dir() -> tempfile::TempDir {
 }
 
 /// Writes 6.5 segments of durable entries with `cached_log_bytes = budget`; returns the
-/// directory, the entries, and (cached, total) pages of each segment file holding records, in
-/// order (the last is the active one).
-fn log_with(budget: u64) -> (tempfile::TempDir, Vec<Vec<u8>>, Vec<(usize, usize)>) {
+/// directory, the entries, the open log and the names of the segment files holding records,
+/// in order (the last is the active one).
+fn log_with(budget: u64) -> (tempfile::TempDir, Vec<Vec<u8>>, Wal, Vec<String>) {
     let d = dir();
     let opts = Options { segment_len_bytes: SEG, cached_log_bytes: budget, ..Options::default() };
     let (mut log, _) = Wal::open(d.path(), opts).unwrap();
@@ -86,9 +90,27 @@ fn log_with(budget: u64) -> (tempfile::TempDir, Vec<Vec<u8>>, Vec<(usize, usize)
     // Segments prepared ahead hold no records: the ones before the first whose records end
     // here are what was written (7: six sealed and the active one).
     names.truncate(7);
-    let pages = names.iter().map(|n| cached_pages(&d.path().join(n))).collect();
-    drop(log);
-    (d, want, pages)
+    assert_eq!(names.len(), 7, "{names:?}");
+    (d, want, log, names)
+}
+
+/// (cached, total) pages of each named file.
+fn pages(d: &Path, names: &[String]) -> Vec<(usize, usize)> {
+    names.iter().map(|n| cached_pages(&d.join(n))).collect()
+}
+
+/// The pages of `names` once the first `dropped` of them are out of the page cache: the log
+/// drops them on a helper thread, so the test waits for it (at most 20 s, then fails).
+fn pages_once_dropped(d: &Path, names: &[String], dropped: usize) -> Vec<(usize, usize)> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let p = pages(d, names);
+        if p.iter().take(dropped).all(|&(cached, _)| cached == 0) {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "the first {dropped} segments are still cached after 20 s: {p:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn check_reads_back(d: &Path, want: &[Vec<u8>]) {
@@ -100,33 +122,151 @@ fn check_reads_back(d: &Path, want: &[Vec<u8>]) {
 
 #[test]
 fn seals_drop_the_segments_beyond_the_budget_and_keep_the_newest() {
-    let (d, want, pages) = log_with(2 * u64::from(SEG));
-    assert_eq!(pages.len(), 7, "{pages:?}");
-    for (i, &(cached, total)) in pages.iter().enumerate() {
-        if i < 4 {
-            assert_eq!(cached, 0, "segment {i} of {pages:?} is beyond the budget but still cached");
-        } else {
-            assert!(cached * 2 > total, "segment {i} of {pages:?} is within the budget but was dropped");
-        }
+    let (d, want, log, names) = log_with(2 * u64::from(SEG));
+    let pages = pages_once_dropped(d.path(), &names, 4);
+    for (i, &(cached, total)) in pages.iter().enumerate().skip(4) {
+        assert!(cached * 2 > total, "segment {i} of {pages:?} is within the budget but was dropped");
     }
+    drop(log);
     check_reads_back(d.path(), &want);
 }
 
 #[test]
 fn a_budget_of_zero_drops_every_sealed_segment_and_never_the_active_one() {
-    let (d, want, pages) = log_with(0);
-    for (i, &(cached, _)) in pages.iter().take(6).enumerate() {
-        assert_eq!(cached, 0, "sealed segment {i} of {pages:?} still cached");
-    }
+    let (d, want, log, names) = log_with(0);
+    let pages = pages_once_dropped(d.path(), &names, 6);
     assert!(pages[6].0 > 0, "the active segment was dropped: {pages:?}");
+    drop(log);
     check_reads_back(d.path(), &want);
 }
 
 #[test]
 fn the_largest_budget_leaves_every_segment_cached() {
-    let (d, want, pages) = log_with(u64::MAX);
+    let (d, want, log, names) = log_with(u64::MAX);
+    // Were anything dropped, on whatever thread, it would be by the time the log is closed
+    // (a close joins the helper threads); the close's own seal drops nothing either.
+    drop(log);
+    let pages = pages(d.path(), &names);
     for (i, &(cached, total)) in pages.iter().enumerate() {
         assert!(cached * 2 > total, "segment {i} of {pages:?} was dropped with no budget");
     }
     check_reads_back(d.path(), &want);
+}
+
+#[test]
+fn a_close_waits_for_the_drop_it_started() {
+    // The close seals the active segment, which pushes the sixth beyond a budget of one
+    // segment: its pages are gone when the close returns, with no wait here.
+    let (d, _, log, names) = log_with(u64::from(SEG));
+    let _ = pages_once_dropped(d.path(), &names, 5);
+    drop(log);
+    let pages = pages(d.path(), &names);
+    assert_eq!(pages[5].0, 0, "the close returned before its drop was done: {pages:?}");
+    assert!(pages[6].0 * 2 > pages[6].1, "the newest sealed segment was dropped: {pages:?}");
+}
+
+/// Files whose `drop_cached` waits at a gate (at most 10 s) before it counts the drop: what a
+/// slow drop of many pages looks like to the writer.
+#[derive(Debug)]
+struct GatedDrops {
+    inner: FileStorage,
+    open: Mutex<bool>,
+    opened: Condvar,
+    drops: AtomicUsize,
+}
+
+impl GatedDrops {
+    fn open_gate(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+impl Reader for GatedDrops {
+    wal::forward_storage!(inner: list, not_regular, open, close, len, read_at, map, written_end, lock_shared);
+}
+
+impl Writer for GatedDrops {
+    wal::forward_storage!(
+        inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve
+    );
+    fn drop_cached(&self, file: FileId) -> std::io::Result<()> {
+        let open = self.open.lock().unwrap();
+        let _ = self.opened.wait_timeout_while(open, Duration::from_secs(10), |o| !*o).unwrap();
+        self.drops.fetch_add(1, Ordering::SeqCst);
+        self.inner.drop_cached(file)
+    }
+}
+
+impl Completions for GatedDrops {
+    wal::forward_storage!(inner: submit, reap);
+}
+
+/// The drop runs beside the writer: a seal returns while its drop still waits, and a close
+/// returns only once every drop it started is done.
+#[test]
+fn a_seal_does_not_wait_for_its_drop_and_a_close_does() {
+    let d = dir();
+    let st = Arc::new(GatedDrops {
+        inner: FileStorage::new(d.path(), true).unwrap(),
+        open: Mutex::new(false),
+        opened: Condvar::new(),
+        drops: AtomicUsize::new(0),
+    });
+    let opts = Options { segment_len_bytes: SEG, cached_log_bytes: 0, ..Options::default() };
+    let (mut log, _) = Wal::open_with(st.clone(), opts).unwrap();
+    let entry = vec![7u8; ENTRY];
+    for round in 0..2 {
+        log.append(Epoch(0), &entry).unwrap();
+        log.sync().unwrap();
+        // A budget of 0 drops the segment this seal makes; the drop waits at the gate.
+        log.rotate().unwrap();
+        assert_eq!(st.drops.load(Ordering::SeqCst), 0, "seal {round} waited for its drop");
+    }
+    log.append(Epoch(0), &entry).unwrap();
+    let opener = {
+        let st = st.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            st.open_gate();
+        })
+    };
+    // The close seals the third segment and drops it too.
+    log.close().unwrap();
+    assert_eq!(st.drops.load(Ordering::SeqCst), 3, "the close returned before its drops were done");
+    opener.join().unwrap();
+}
+
+/// A replay asks for the next segment's pages when it starts one, so the disk reads ahead of
+/// the walk: with every sealed segment out of the page cache, the second segment comes in
+/// while the replay is still at its first entry, and the third stays on the disk.
+#[test]
+fn a_replay_reads_the_next_segment_ahead() {
+    let (d, want, log, names) = log_with(0);
+    let _ = pages_once_dropped(d.path(), &names, 6);
+    log.abandon();
+    let (log, _) = Wal::open(d.path(), Options { segment_len_bytes: SEG, ..Options::default() }).unwrap();
+    // What the open read (footers, and the kernel's readahead around them) goes too.
+    for n in names.iter().take(6) {
+        let f = File::open(d.path().join(n)).unwrap();
+        // SAFETY: plain syscall on an open descriptor.
+        assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+    }
+    let before = pages(d.path(), &names);
+    assert!(before.iter().take(6).all(|&(c, _)| c == 0), "{before:?}");
+    let mut replay = log.replay().unwrap();
+    let first = replay.next().unwrap().unwrap();
+    assert_eq!(first.payload, &want[0][..]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let now = loop {
+        let p = pages(d.path(), &names);
+        if p[1].0 * 2 > p[1].1 {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the second segment was not read ahead in 20 s: {p:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(now[2].0 * 4 < now[2].1, "the third segment was read before the second was started: {now:?}");
+    drop(replay);
+    drop(log);
 }
