@@ -71,14 +71,6 @@ struct Cur {
     group_checked_until: u64,
 }
 
-/// A segment mapped ahead of the walk.
-struct Ahead {
-    seq: u64,
-    map: Mapping,
-    /// Held as long as `map` (declared after it: dropped after it).
-    _pin: Pin,
-}
-
 /// Streams live entries and checkpoints. Call [`Replay::next`] until `None`.
 pub struct Replay {
     storage: Arc<dyn Reader>,
@@ -91,9 +83,6 @@ pub struct Replay {
     from: Option<u64>,
     i: usize,
     cur: Option<Cur>,
-    /// The segment after the current one, mapped and pinned when the current one was opened,
-    /// its pages asked of the disk ahead of the walk ([`Mapping::will_need`]).
-    ahead: Option<Ahead>,
     /// The handle's check, when this replay walks the whole log of a handle whose open took
     /// segments on trust: marked done when the replay reaches its end without damage.
     pub(crate) credit: Option<Arc<crate::log::open_check::Trust>>,
@@ -204,7 +193,6 @@ impl Replay {
                 from,
                 i: 0,
                 cur: None,
-                ahead: None,
                 credit: None,
             });
         };
@@ -243,43 +231,15 @@ impl Replay {
             // Segments whose entries all lie below `from` hold nothing to return.
             i = segs.iter().position(|s| s.entries > 0 && s.max_lsn >= from).unwrap_or(segs.len());
         }
-        Ok(Replay {
-            storage,
-            pins,
-            segs,
-            keep_after,
-            end_offset,
-            from,
-            i,
-            cur: None,
-            ahead: None,
-            credit: None,
-        })
+        Ok(Replay { storage, pins, segs, keep_after, end_offset, from, i, cur: None, credit: None })
     }
 
     fn open_current(&mut self) -> Result<()> {
         let Some(seg) = self.segs.get(self.i) else {
             return Ok(());
         };
-        let (map, pin) = match self.ahead.take() {
-            Some(a) if a.seq == seg.seq => (a.map, a._pin),
-            _ => {
-                let pin = self.pins.pin(seg.seq);
-                let map = map_segment(&*self.storage, seg.seq)?;
-                map.will_need();
-                (map, pin)
-            }
-        };
-        // The disk reads the next segment while this one is walked: a replay of segments
-        // no longer in the page cache (after a restart, or beyond `cached_log_bytes`) then
-        // waits for the disk's bandwidth rather than for one readahead window at a time.
-        if let Some(next) = self.segs.get(self.i + 1) {
-            let pin = self.pins.pin(next.seq);
-            if let Ok(map) = map_segment(&*self.storage, next.seq) {
-                map.will_need();
-                self.ahead = Some(Ahead { seq: next.seq, map, _pin: pin });
-            }
-        }
+        let pin = self.pins.pin(seg.seq);
+        let map = map_segment(&*self.storage, seg.seq)?;
         let is_last = self.i + 1 == self.segs.len();
         let stop = is_last.then_some(self.end_offset);
         let cuts = if seg.cuts > 0 { collect_cuts(&map, seg.seq, seg.header, stop)? } else { Vec::new() };
@@ -321,7 +281,6 @@ impl Replay {
     /// Ends the replay at an error: it returns nothing more and checked nothing.
     fn fail(&mut self, e: Error) -> Error {
         self.cur = None;
-        self.ahead = None;
         self.i = self.segs.len();
         self.credit = None;
         e

@@ -115,16 +115,6 @@ impl Deref for Mapping {
     }
 }
 
-impl Mapping {
-    /// Asks the OS to read the mapped file's pages ahead of their use (`madvise(MADV_WILLNEED)`),
-    /// without waiting for them. A hint: an error is ignored, and copies in memory need none.
-    pub fn will_need(&self) {
-        if let Mapping::Mmap(m) = self {
-            let _ = m.advise(memmap2::Advice::WillNeed);
-        }
-    }
-}
-
 impl fmt::Debug for Mapping {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Mapping({} bytes)", self.len())

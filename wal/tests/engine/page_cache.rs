@@ -236,37 +236,3 @@ fn a_seal_does_not_wait_for_its_drop_and_a_close_does() {
     assert_eq!(st.drops.load(Ordering::SeqCst), 3, "the close returned before its drops were done");
     opener.join().unwrap();
 }
-
-/// A replay asks for the next segment's pages when it starts one, so the disk reads ahead of
-/// the walk: with every sealed segment out of the page cache, the second segment comes in
-/// while the replay is still at its first entry, and the third stays on the disk.
-#[test]
-fn a_replay_reads_the_next_segment_ahead() {
-    let (d, want, log, names) = log_with(0);
-    let _ = pages_once_dropped(d.path(), &names, 6);
-    log.abandon();
-    let (log, _) = Wal::open(d.path(), Options { segment_len_bytes: SEG, ..Options::default() }).unwrap();
-    // What the open read (footers, and the kernel's readahead around them) goes too.
-    for n in names.iter().take(6) {
-        let f = File::open(d.path().join(n)).unwrap();
-        // SAFETY: plain syscall on an open descriptor.
-        assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
-    }
-    let before = pages(d.path(), &names);
-    assert!(before.iter().take(6).all(|&(c, _)| c == 0), "{before:?}");
-    let mut replay = log.replay().unwrap();
-    let first = replay.next().unwrap().unwrap();
-    assert_eq!(first.payload, &want[0][..]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let now = loop {
-        let p = pages(d.path(), &names);
-        if p[1].0 * 2 > p[1].1 {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "the second segment was not read ahead in 20 s: {p:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    assert!(now[2].0 * 4 < now[2].1, "the third segment was read before the second was started: {now:?}");
-    drop(replay);
-    drop(log);
-}
