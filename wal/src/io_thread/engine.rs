@@ -257,10 +257,9 @@ impl Io {
 
     pub(super) fn record_sync(&self, took: Duration) {
         if self.shared.metrics.sync(took, self.shared.opts.slow_sync) {
-            // Never `eprintln!` on the I/O thread: a closed stderr would panic it and fence the
-            // log. The count is in `Stats::slow_syncs` either way.
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "wal: slow fdatasync: {} ms", took.as_millis());
+            // Through the `log` facade, to whatever logger the application installed (none: the
+            // message goes nowhere). The count is in `Stats::slow_syncs` either way.
+            log::warn!(target: "wal", "slow fdatasync: {} ms", took.as_millis());
         }
     }
 

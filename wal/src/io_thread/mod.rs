@@ -97,7 +97,8 @@ pub struct AsyncOptions {
     pub when_full: WhenFull,
     /// The most entries one batch takes from the queue.
     pub max_batch_entries: usize,
-    /// An fdatasync at least this slow is counted and reported on stderr (etcd's "slow fdatasync").
+    /// An fdatasync at least this slow is counted (`Stats::slow_syncs`) and reported as a
+    /// warning through the `log` facade (etcd's "slow fdatasync").
     pub slow_sync: Duration,
     /// How long batches holding only [`Durability::Written`](crate::Durability::Written) entries may wait for their sync.
     pub written_sync_delay: Duration,

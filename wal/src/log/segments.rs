@@ -11,6 +11,11 @@ use crate::recovery::SegmentInfo;
 use crate::scan::{self, FooterInfo};
 use crate::storage::{FileId, Op};
 use std::sync::Arc;
+
+/// How many bytes of a segment's pages one `drop_cached` call drops: the helper thread drops a
+/// segment in these pieces, yielding between them, so that it does not hold the kernel's
+/// page-cache locks for a whole segment while the writer adds pages of its own.
+const DROP_CHUNK: u64 = 4 << 20;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
@@ -257,7 +262,14 @@ impl Wal {
         let drop_all = move |names: &[String]| {
             for name in names {
                 if let Ok(f) = st.open(name) {
-                    let _ = st.drop_cached(f);
+                    let len = st.len(f).unwrap_or(0);
+                    let mut at = 0;
+                    while at < len {
+                        let n = DROP_CHUNK.min(len - at);
+                        let _ = st.drop_cached(f, at, n);
+                        at += n;
+                        std::thread::yield_now();
+                    }
                     st.close(f);
                 }
             }

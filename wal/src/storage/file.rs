@@ -342,9 +342,9 @@ impl Writer for Files {
     }
 
     #[cfg(target_os = "linux")]
-    fn drop_cached(&self, file: FileId) -> io::Result<()> {
+    fn drop_cached(&self, file: FileId, offset: u64, len: u64) -> io::Result<()> {
         use rustix::fs::{fadvise, Advice};
-        Ok(fadvise(&*self.file(file)?, 0, None, Advice::DontNeed)?)
+        Ok(fadvise(&*self.file(file)?, offset, std::num::NonZeroU64::new(len), Advice::DontNeed)?)
     }
 }
 

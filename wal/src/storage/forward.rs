@@ -129,8 +129,8 @@ macro_rules! forward_storage {
         }
     };
     (@one $f:ident drop_cached) => {
-        fn drop_cached(&self, file: $crate::storage::FileId) -> ::std::io::Result<()> {
-            self.$f.drop_cached(file)
+        fn drop_cached(&self, file: $crate::storage::FileId, offset: u64, len: u64) -> ::std::io::Result<()> {
+            self.$f.drop_cached(file, offset, len)
         }
     };
     (@one $f:ident reserve) => {

@@ -190,11 +190,14 @@ impl Writer for GatedDrops {
     wal::forward_storage!(
         inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve
     );
-    fn drop_cached(&self, file: FileId) -> std::io::Result<()> {
+    fn drop_cached(&self, file: FileId, offset: u64, len: u64) -> std::io::Result<()> {
         let open = self.open.lock().unwrap();
         let _ = self.opened.wait_timeout_while(open, Duration::from_secs(10), |o| !*o).unwrap();
-        self.drops.fetch_add(1, Ordering::SeqCst);
-        self.inner.drop_cached(file)
+        // A file's drop may come in pieces: count its first.
+        if offset == 0 {
+            self.drops.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.drop_cached(file, offset, len)
     }
 }
 

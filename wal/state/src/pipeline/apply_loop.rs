@@ -81,10 +81,8 @@ pub(crate) fn run<S: StateMachine>(
         }
         if core.opts.snapshot_every_entries.is_some_and(|n| l.since_snapshot >= n) {
             if let Err(e) = l.snapshot() {
-                // A closed stderr must not panic the apply thread (it would fence the pipeline).
-                use std::io::Write;
-                let _ =
-                    writeln!(std::io::stderr(), "wal pipeline: snapshot failed (the log is unaffected): {e}");
+                // Through the `log` facade, to whatever logger the application installed.
+                log::warn!(target: "wal_state", "snapshot failed (the log is unaffected): {e}");
             }
         }
         if l.closing && core.opts.commit == CommitPolicy::External {

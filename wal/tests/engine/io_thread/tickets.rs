@@ -290,6 +290,44 @@ fn sync_latency_counts_a_sync_run_inside_submit() {
     log.close().unwrap();
 }
 
+/// Every `log` record this test binary's logger was given: (target, level, message).
+static LOGGED: std::sync::Mutex<Vec<(String, log::Level, String)>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record) {
+        let mut v = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+        v.push((r.target().to_string(), r.level(), r.args().to_string()));
+    }
+    fn flush(&self) {}
+}
+
+/// A slow fdatasync is reported to the application's logger (the `log` facade, target `wal`),
+/// never written to stderr by the library, and counted.
+#[test]
+fn a_slow_sync_is_a_warning_through_the_log_facade() {
+    // Another test of this binary may have installed it first: either way it is this one.
+    let _ = log::set_logger(&Capture);
+    log::set_max_level(log::LevelFilter::Trace);
+    let st = Arc::new(SlowSync { inner: MemStorage::new() });
+    let log = open_unprepared(st);
+    let opts = AsyncOptions { slow_sync: Duration::from_millis(10), ..AsyncOptions::default() };
+    let log = AsyncWal::start(log, opts).unwrap();
+    log.append(Epoch(0), vec![1; 100], Durability::Durable).unwrap().wait().unwrap();
+    let slow = log.stats().slow_syncs;
+    log.close().unwrap();
+    assert!(slow >= 1);
+    let v = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        v.iter().any(|(t, l, m)| t == "wal" && *l == log::Level::Warn && m.starts_with("slow fdatasync: ")),
+        "{v:?}"
+    );
+}
+
 /// A ticket dropped at once is not observed, and the I/O thread skips its resolution; its entry
 /// is logged all the same, and a dropped ticket that has a completion channel still reports
 /// through it (the channel is an observer).
