@@ -1,6 +1,7 @@
 //! One adapter per engine behind a small trait, plus each engine's replay; the adapters are
 //! `wal_engine.rs` (this engine), `raft_engine_engine.rs`, `okaywal_engine.rs`,
-//! `raft_log_engine.rs` and `raw_engine.rs`.
+//! `raft_log_engine.rs` and `raw_engine.rs` (the raw loop, over a pre-written file or, as
+//! `raw-fresh`, into fresh blocks).
 //!
 //! Every adapter is written against the engine's public API as a user would call it; the
 //! durability caveats (what "durable" costs in each) and what each engine does under each
@@ -19,7 +20,7 @@ use crate::wal_engine::WalEngine;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-pub const ENGINES: [&str; 5] = ["wal", "raft-engine", "okaywal", "raft-log", "raw"];
+pub const ENGINES: [&str; 6] = ["wal", "raft-engine", "okaywal", "raft-log", "raw", "raw-fresh"];
 
 /// How each engine is run: what a user gets by default, or the engine's documented steady
 /// state (its purge or checkpoint policy running).
@@ -98,6 +99,7 @@ pub fn open(engine: &str, dir: &Path, mode: Mode) -> Res<Box<dyn Engine>> {
             Mode::Synced { raw_bytes, .. } => Raw::open(dir, raw_bytes, true)?,
             Mode::Kept { bytes } => Raw::open(dir, bytes, false)?,
         }),
+        "raw-fresh" => Box::new(Raw::open_fresh(dir)?),
         other => return Err(format!("unknown engine {other}").into()),
     })
 }

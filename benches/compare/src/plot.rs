@@ -12,12 +12,13 @@ use std::path::Path;
 
 /// The workloads that form the load axis, with their number of writers.
 const LOAD: [(&str, f64); 3] = [("durable-1", 1.0), ("durable-8", 8.0), ("durable-64", 64.0)];
-const COLORS: [(&str, &str); 5] = [
+const COLORS: [(&str, &str); 6] = [
     ("wal", "#d62728"),
     ("raft-engine", "#1f77b4"),
     ("okaywal", "#2ca02c"),
     ("raft-log", "#9467bd"),
     ("raw", "#7f7f7f"),
+    ("raw-fresh", "#bcbd22"),
 ];
 const W: f64 = 640.0;
 const H: f64 = 400.0;

@@ -63,6 +63,10 @@ fn targets() -> Vec<Target> {
         floor("batch4k-64", Engine("raw"), 0.8, "27"),
         floor("retained", BestPeer, 0.9, "27"),
         floor("retained", Engine("raw"), 0.8, "27"),
+        // What a log that keeps what it writes can get from the file system: no bound, the
+        // context of the two rows above.
+        floor("batch4k-64", Engine("raw-fresh"), 0.0, "27"),
+        floor("retained", Engine("raw-fresh"), 0.0, "27"),
         Target {
             measure: Measure::CpuPerGib,
             at_least: false,
