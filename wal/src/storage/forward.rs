@@ -1,4 +1,4 @@
-//! [`forward_storage!`](crate::forward_storage): the methods of a storage seam trait
+//! [`forward_storage!`](crate::storage::forward_storage): the methods of a storage seam trait
 //! ([`Reader`](super::Reader), [`Writer`](super::Writer), [`Completions`](super::Completions))
 //! that a wrapper passes through to what it wraps, unchanged.
 
@@ -19,10 +19,14 @@
 ///     }
 /// }
 /// ```
-#[macro_export]
+///
+/// Exported (at the crate root and as `wal::storage::forward_storage`) only with the
+/// workspace's `internal` feature, like the storage module whose traits it implements: a
+/// controller's build sees neither.
+#[cfg_attr(feature = "internal", macro_export)]
 macro_rules! forward_storage {
     ($field:ident: $($method:ident),+ $(,)?) => {
-        $( $crate::forward_storage!(@one $field $method); )+
+        $( $crate::storage::forward_storage!(@one $field $method); )+
     };
     (@one $f:ident list) => {
         fn list(&self) -> ::std::io::Result<::std::vec::Vec<::std::string::String>> {
@@ -153,3 +157,6 @@ macro_rules! forward_storage {
         }
     };
 }
+
+#[cfg(not(feature = "internal"))]
+pub(crate) use forward_storage;

@@ -34,6 +34,10 @@ mod bell;
 mod file;
 mod file_kind;
 mod forward;
+#[cfg(feature = "internal")]
+pub use crate::forward_storage;
+#[cfg(not(feature = "internal"))]
+pub(crate) use forward::forward_storage;
 pub mod prepare;
 mod read_only;
 mod synchronous;

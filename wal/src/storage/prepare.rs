@@ -115,11 +115,11 @@ mod tests {
     }
 
     impl Reader for FailingSync {
-        crate::forward_storage!(inner: list, open, close, len, read_at, map, written_end, lock_shared);
+        crate::storage::forward_storage!(inner: list, open, close, len, read_at, map, written_end, lock_shared);
     }
 
     impl Writer for FailingSync {
-        crate::forward_storage!(inner: create, remove, rename, lock_exclusive, sync_dir, zero_fill, reserve);
+        crate::storage::forward_storage!(inner: create, remove, rename, lock_exclusive, sync_dir, zero_fill, reserve);
         fn write_at(&self, file: FileId, offset: u64, data: &[u8]) -> io::Result<usize> {
             if self.interrupt.swap(false, Ordering::Relaxed) {
                 return Err(io::ErrorKind::Interrupted.into());

@@ -25,7 +25,7 @@ fn refused() -> io::Error {
 }
 
 impl Reader for ReadOnly {
-    crate::forward_storage!(reader: list, not_regular, open, close, len, read_at, map, written_end, scan_window, lock_shared);
+    crate::storage::forward_storage!(reader: list, not_regular, open, close, len, read_at, map, written_end, scan_window, lock_shared);
 }
 
 impl Writer for ReadOnly {

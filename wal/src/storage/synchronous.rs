@@ -64,11 +64,11 @@ pub fn run_blocking(w: &dyn Writer, op: Op) -> (io::Result<u64>, Option<Vec<u8>>
 }
 
 impl<B: Blocking> Reader for Synchronous<B> {
-    crate::forward_storage!(inner: list, not_regular, open, close, len, read_at, map, written_end, scan_window, lock_shared);
+    crate::storage::forward_storage!(inner: list, not_regular, open, close, len, read_at, map, written_end, scan_window, lock_shared);
 }
 
 impl<B: Blocking> Writer for Synchronous<B> {
-    crate::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve, drop_cached);
+    crate::storage::forward_storage!(inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve, drop_cached);
 }
 
 impl<B: Blocking> Completions for Synchronous<B> {

@@ -335,11 +335,11 @@ const fn libc_etime() -> i32 {
 // Everything but writes and syncs is the files'. `close` too: an operation in flight holds its
 // own handle to the file.
 impl Reader for UringStorage {
-    crate::forward_storage!(files: list, not_regular, open, close, len, read_at, map, written_end, scan_window, lock_shared);
+    crate::storage::forward_storage!(files: list, not_regular, open, close, len, read_at, map, written_end, scan_window, lock_shared);
 }
 
 impl Writer for UringStorage {
-    crate::forward_storage!(files: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve, drop_cached);
+    crate::storage::forward_storage!(files: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve, drop_cached);
 }
 
 impl Completions for UringStorage {
