@@ -57,6 +57,9 @@ pub(crate) struct Written<'a> {
     pub(crate) records: u32,
 }
 
+/// How many helper threads dropping cached pages may run at once.
+pub(crate) const MAX_UNCACHING: usize = 2;
+
 /// A background preparation of a segment: its result says whether the file was made of a
 /// recycled one.
 type Preparing = (u64, JoinHandle<std::io::Result<bool>>);
@@ -329,12 +332,16 @@ impl Files {
     }
 
     /// A helper thread dropping cached pages was started. The ones that finished are joined
-    /// now; one still running (a slow drop) is left to run beside this one, never waited for
-    /// here.
+    /// now; one still running (a slow drop) is left to run beside this one. Should drops fall
+    /// behind the seals (a slow file system), the oldest is waited for once
+    /// [`MAX_UNCACHING`] run, so that helpers never pile up.
     pub(crate) fn uncaching_started(&mut self, h: JoinHandle<()>) {
-        let (done, running): (Vec<_>, Vec<_>) = self.uncaching.drain(..).partition(|h| h.is_finished());
+        let (done, mut running): (Vec<_>, Vec<_>) = self.uncaching.drain(..).partition(|h| h.is_finished());
         for h in done {
             let _ = h.join();
+        }
+        while running.len() >= MAX_UNCACHING {
+            let _ = running.remove(0).join();
         }
         self.uncaching = running;
         self.uncaching.push(h);

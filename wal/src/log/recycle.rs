@@ -99,6 +99,10 @@ impl Wal {
     /// Purge: removes the files of `removed` or sets them aside for reuse (the newest ones,
     /// while the pool has room and their length is today's). Durable at the next directory sync.
     pub(crate) fn remove_or_set_aside(&mut self, removed: &[SegmentInfo]) -> Result<()> {
+        // A helper still dropping the pages of a file set aside here would go on advising it
+        // once it is a spare or the active segment: wait for them first (a log that purges
+        // rarely has any running, it seldom holds more than the page-cache budget).
+        self.files.finish_uncaching();
         for s in removed.iter().rev() {
             let name = segment_file_name(s.seq);
             let keep = self.files.pool_len() < self.opts.recycle_segments

@@ -11,13 +11,13 @@ use crate::recovery::SegmentInfo;
 use crate::scan::{self, FooterInfo};
 use crate::storage::{FileId, Op};
 use std::sync::Arc;
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::IntoBytes;
 
 /// How many bytes of a segment's pages one `drop_cached` call drops: the helper thread drops a
 /// segment in these pieces, yielding between them, so that it does not hold the kernel's
 /// page-cache locks for a whole segment while the writer adds pages of its own.
 const DROP_CHUNK: u64 = 4 << 20;
-use zerocopy::little_endian::{U32, U64};
-use zerocopy::IntoBytes;
 
 impl Wal {
     /// Makes the next segment the active one: a zero-filled file made durable in the directory,
@@ -233,9 +233,10 @@ impl Wal {
     /// of them is durable (each was synced before its footer). A hint, given on a helper
     /// thread: freeing a segment's pages takes milliseconds that the writer would otherwise
     /// wait at the seal (the p999 of durable appends). A failure to open or advise is
-    /// ignored, as the pages then simply stay. Should a purge recycle one of these files
-    /// meanwhile, the advice finds its new pages dirty and leaves them (it drops only clean
-    /// pages).
+    /// ignored, as the pages then simply stay. A purge waits for the helpers before it sets a
+    /// file aside for recycling (`Files::finish_uncaching`), so that no advice lands on a file
+    /// that has become a spare or the active segment (its pages are clean once synced, and the
+    /// advice would drop them).
     fn drop_beyond_cache_budget(&mut self) {
         let budget = self.opts.cached_log_bytes;
         let len = |s: &SegmentInfo| u64::from(s.header.segment_len.get());

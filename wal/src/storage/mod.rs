@@ -220,8 +220,9 @@ pub trait Writer: Reader {
         let _ = (file, len);
         Ok(false)
     }
-    /// Lets the OS drop the cached pages of `len` bytes of the file from `offset`
-    /// (`posix_fadvise(POSIX_FADV_DONTNEED)`), called once everything in the file is durable. A hint: pages still dirty or mapped stay, reads
+    /// Lets the OS drop the cached pages of `len` bytes of the file from `offset` (0: to its
+    /// end) (`posix_fadvise(POSIX_FADV_DONTNEED)`), called once everything in the file is
+    /// durable. A hint: pages still dirty or mapped stay, reads
     /// still see every byte (from the disk), and the caller ignores a failure. The default
     /// does nothing.
     fn drop_cached(&self, file: FileId, offset: u64, len: u64) -> io::Result<()> {

@@ -153,18 +153,6 @@ fn the_largest_budget_leaves_every_segment_cached() {
     check_reads_back(d.path(), &want);
 }
 
-#[test]
-fn a_close_waits_for_the_drop_it_started() {
-    // The close seals the active segment, which pushes the sixth beyond a budget of one
-    // segment: its pages are gone when the close returns, with no wait here.
-    let (d, _, log, names) = log_with(u64::from(SEG));
-    let _ = pages_once_dropped(d.path(), &names, 5);
-    drop(log);
-    let pages = pages(d.path(), &names);
-    assert_eq!(pages[5].0, 0, "the close returned before its drop was done: {pages:?}");
-    assert!(pages[6].0 * 2 > pages[6].1, "the newest sealed segment was dropped: {pages:?}");
-}
-
 /// Files whose `drop_cached` waits at a gate (at most 10 s) before it counts the drop: what a
 /// slow drop of many pages looks like to the writer.
 #[derive(Debug)]
@@ -238,4 +226,40 @@ fn a_seal_does_not_wait_for_its_drop_and_a_close_does() {
     log.close().unwrap();
     assert_eq!(st.drops.load(Ordering::SeqCst), 3, "the close returned before its drops were done");
     opener.join().unwrap();
+}
+
+/// A purge that sets files aside for recycling first waits for the drops still running: a
+/// helper must not go on advising a file that becomes a spare or the active segment.
+#[test]
+fn a_purge_waits_for_the_drops_before_it_recycles() {
+    let d = dir();
+    let st = Arc::new(GatedDrops {
+        inner: FileStorage::new(d.path(), true).unwrap(),
+        open: Mutex::new(false),
+        opened: Condvar::new(),
+        drops: AtomicUsize::new(0),
+    });
+    let opts = Options { segment_len_bytes: SEG, cached_log_bytes: 0, ..Options::default() };
+    let (mut log, _) = Wal::open_with(st.clone(), opts).unwrap();
+    let entry = vec![7u8; ENTRY];
+    for _ in 0..2 {
+        log.append(Epoch(0), &entry).unwrap();
+        log.sync().unwrap();
+        log.rotate().unwrap();
+    }
+    log.append(Epoch(0), &entry).unwrap();
+    log.sync().unwrap();
+    assert_eq!(st.drops.load(Ordering::SeqCst), 0, "a seal waited for its drop");
+    let opener = {
+        let st = st.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            st.open_gate();
+        })
+    };
+    let report = log.purge_before(log.next_lsn()).unwrap();
+    assert_eq!(report.segments_removed.len(), 2, "{report:?}");
+    assert_eq!(st.drops.load(Ordering::SeqCst), 2, "the purge set files aside while their drops still ran");
+    opener.join().unwrap();
+    log.close().unwrap();
 }
