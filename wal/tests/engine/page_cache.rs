@@ -193,10 +193,11 @@ impl Completions for GatedDrops {
     wal::forward_storage!(inner: submit, reap);
 }
 
-/// The drop runs beside the writer: a seal returns while its drop still waits, and a close
-/// returns only once every drop it started is done.
-#[test]
-fn a_seal_does_not_wait_for_its_drop_and_a_close_does() {
+/// A log over [`GatedDrops`] with a budget of 0 (every seal drops the segment it makes),
+/// after `sealed` sealed segments (at most 2: no more drop helpers run at once) and an entry
+/// in the next, synced: `sealed` drops wait at the gate. Asserts that no seal waited for its
+/// drop.
+fn gated_log_with_drops_waiting(sealed: usize) -> (tempfile::TempDir, Arc<GatedDrops>, Wal) {
     let d = dir();
     let st = Arc::new(GatedDrops {
         inner: FileStorage::new(d.path(), true).unwrap(),
@@ -207,24 +208,36 @@ fn a_seal_does_not_wait_for_its_drop_and_a_close_does() {
     let opts = Options { segment_len_bytes: SEG, cached_log_bytes: 0, ..Options::default() };
     let (mut log, _) = Wal::open_with(st.clone(), opts).unwrap();
     let entry = vec![7u8; ENTRY];
-    for round in 0..2 {
+    for round in 0..=sealed {
         log.append(Epoch(0), &entry).unwrap();
         log.sync().unwrap();
-        // A budget of 0 drops the segment this seal makes; the drop waits at the gate.
-        log.rotate().unwrap();
-        assert_eq!(st.drops.load(Ordering::SeqCst), 0, "seal {round} waited for its drop");
+        if round < sealed {
+            log.rotate().unwrap();
+            assert_eq!(st.drops.load(Ordering::SeqCst), 0, "seal {round} waited for its drop");
+        }
     }
-    log.append(Epoch(0), &entry).unwrap();
-    let opener = {
-        let st = st.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            st.open_gate();
-        })
-    };
-    // The close seals the third segment and drops it too.
+    (d, st, log)
+}
+
+/// Opens the gate 300 ms from now, on a thread of its own.
+fn open_gate_soon(st: &Arc<GatedDrops>) -> std::thread::JoinHandle<()> {
+    let st = st.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        st.open_gate();
+    })
+}
+
+/// The drop runs beside the writer: a seal returns while its drop still waits, and a close
+/// returns only once every drop it started is done.
+#[test]
+fn a_seal_does_not_wait_for_its_drop_and_a_close_does() {
+    let (_d, st, log) = gated_log_with_drops_waiting(1);
+    let opener = open_gate_soon(&st);
+    // The close seals the second segment and drops it too: two helpers wait at the gate,
+    // neither joined by a seal.
     log.close().unwrap();
-    assert_eq!(st.drops.load(Ordering::SeqCst), 3, "the close returned before its drops were done");
+    assert_eq!(st.drops.load(Ordering::SeqCst), 2, "the close returned before its drops were done");
     opener.join().unwrap();
 }
 
@@ -232,34 +245,24 @@ fn a_seal_does_not_wait_for_its_drop_and_a_close_does() {
 /// helper must not go on advising a file that becomes a spare or the active segment.
 #[test]
 fn a_purge_waits_for_the_drops_before_it_recycles() {
-    let d = dir();
-    let st = Arc::new(GatedDrops {
-        inner: FileStorage::new(d.path(), true).unwrap(),
-        open: Mutex::new(false),
-        opened: Condvar::new(),
-        drops: AtomicUsize::new(0),
-    });
-    let opts = Options { segment_len_bytes: SEG, cached_log_bytes: 0, ..Options::default() };
-    let (mut log, _) = Wal::open_with(st.clone(), opts).unwrap();
-    let entry = vec![7u8; ENTRY];
-    for _ in 0..2 {
-        log.append(Epoch(0), &entry).unwrap();
-        log.sync().unwrap();
-        log.rotate().unwrap();
-    }
-    log.append(Epoch(0), &entry).unwrap();
-    log.sync().unwrap();
-    assert_eq!(st.drops.load(Ordering::SeqCst), 0, "a seal waited for its drop");
-    let opener = {
-        let st = st.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            st.open_gate();
-        })
-    };
+    let (_d, st, mut log) = gated_log_with_drops_waiting(2);
+    let opener = open_gate_soon(&st);
     let report = log.purge_before(log.next_lsn()).unwrap();
     assert_eq!(report.segments_removed.len(), 2, "{report:?}");
     assert_eq!(st.drops.load(Ordering::SeqCst), 2, "the purge set files aside while their drops still ran");
     opener.join().unwrap();
     log.close().unwrap();
+}
+
+/// Drops that fall behind the seals do not pile up: with two helpers waiting, the next seal
+/// waits for the oldest before it starts a third.
+#[test]
+fn at_most_two_drops_run_at_once() {
+    let (_d, st, mut log) = gated_log_with_drops_waiting(2);
+    let opener = open_gate_soon(&st);
+    log.rotate().unwrap();
+    assert!(st.drops.load(Ordering::SeqCst) >= 1, "a third drop started while two were waiting");
+    opener.join().unwrap();
+    log.close().unwrap();
+    assert_eq!(st.drops.load(Ordering::SeqCst), 3);
 }
