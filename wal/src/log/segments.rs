@@ -10,7 +10,6 @@ use crate::format::*;
 use crate::recovery::SegmentInfo;
 use crate::scan::{self, FooterInfo};
 use crate::storage::{FileId, Op};
-use std::sync::Arc;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
@@ -260,8 +259,8 @@ impl Wal {
             return;
         }
         let st = self.storage.clone();
-        let drop_all = move |names: &[String]| {
-            for name in names {
+        let spawned = std::thread::Builder::new().name("wal-uncache".into()).spawn(move || {
+            for name in &names {
                 if let Ok(f) = st.open(name) {
                     let len = st.len(f).unwrap_or(0);
                     let mut at = 0;
@@ -274,15 +273,11 @@ impl Wal {
                     st.close(f);
                 }
             }
-        };
-        let names = Arc::new(names);
-        let (on_thread, names_there) = (drop_all.clone(), names.clone());
-        let spawned =
-            std::thread::Builder::new().name("wal-uncache".into()).spawn(move || on_thread(&names_there));
-        match spawned {
-            Ok(h) => self.files.uncaching_started(h),
-            // No thread to be had: here, then.
-            Err(_) => drop_all(&names),
+        });
+        // No thread to be had: the pages stay cached, a cost in memory only (the advice is a
+        // hint), and the next seals do not list these segments again.
+        if let Ok(h) = spawned {
+            self.files.uncaching_started(h);
         }
     }
 
