@@ -79,7 +79,10 @@ pub struct Options {
     /// made a log that is never purged 2-3x slower on durable appends (README, "A log that is
     /// never purged"). What it costs: a replay after a restart reads the older segments from
     /// the disk rather than from memory. The active segment always stays cached, and so do
-    /// pages still mapped by a reader. Default 256 MiB; `u64::MAX` leaves the cache to the OS.
+    /// pages still mapped by a reader. The budget covers what the log writes: segments read
+    /// back after a restart (a replay, a verifier) stay cached for the OS to evict, and a
+    /// seal drops only the segment it pushes past the budget. Default 256 MiB; `u64::MAX`
+    /// leaves the cache to the OS.
     pub cached_log_bytes: u64,
 }
 

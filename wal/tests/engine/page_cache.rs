@@ -266,3 +266,85 @@ fn at_most_two_drops_run_at_once() {
     log.close().unwrap();
     assert_eq!(st.drops.load(Ordering::SeqCst), 3);
 }
+
+/// An abandoned handle (what a crash of the process leaves) still joins its drop helpers: no
+/// thread of it advises files after `abandon` returns.
+#[test]
+fn an_abandoned_log_leaves_no_drop_running() {
+    let (_d, st, log) = gated_log_with_drops_waiting(1);
+    let opener = open_gate_soon(&st);
+    log.abandon();
+    assert_eq!(st.drops.load(Ordering::SeqCst), 1, "abandon returned while its drop still ran");
+    opener.join().unwrap();
+}
+
+/// Files on which every drop of cached pages fails (EIO), or the file cannot even be opened
+/// for it: the advice is a hint, so the log goes on writing, seals, closes and reads back
+/// whole, and nothing is fenced.
+#[derive(Debug)]
+struct FailingDrops {
+    inner: FileStorage,
+    /// Whether the drop helper's open of a sealed segment by name fails (its first step).
+    fail_open: bool,
+    /// Opens by name that were refused.
+    refused: AtomicUsize,
+    drops: AtomicUsize,
+}
+
+impl Reader for FailingDrops {
+    wal::forward_storage!(inner: list, not_regular, close, len, read_at, map, written_end, lock_shared);
+    fn open(&self, name: &str) -> std::io::Result<FileId> {
+        // Only the drop helper's opens: the writer's own go through.
+        if self.fail_open && std::thread::current().name() == Some("wal-uncache") {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
+        }
+        self.inner.open(name)
+    }
+}
+
+impl Writer for FailingDrops {
+    wal::forward_storage!(
+        inner: create, remove, rename, lock_exclusive, write_at, sync_data, sync_dir, zero_fill, reserve
+    );
+    fn drop_cached(&self, _file: FileId, _offset: u64, _len: u64) -> std::io::Result<()> {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+        Err(std::io::Error::from_raw_os_error(libc::EIO))
+    }
+}
+
+impl Completions for FailingDrops {
+    wal::forward_storage!(inner: submit, reap);
+}
+
+#[test]
+fn a_drop_that_fails_or_cannot_open_its_file_changes_nothing_but_the_cache() {
+    for fail_open in [false, true] {
+        let d = dir();
+        let st = Arc::new(FailingDrops {
+            inner: FileStorage::new(d.path(), true).unwrap(),
+            fail_open,
+            refused: AtomicUsize::new(0),
+            drops: AtomicUsize::new(0),
+        });
+        let opts = Options { segment_len_bytes: SEG, cached_log_bytes: 0, ..Options::default() };
+        let (mut log, _) = Wal::open_with(st.clone(), opts).unwrap();
+        let mut want = Vec::new();
+        for i in 0..4u8 {
+            let p = vec![i; ENTRY];
+            log.append(Epoch(0), &p).unwrap();
+            log.sync().unwrap();
+            log.rotate().unwrap();
+            want.push(p);
+        }
+        assert!(!log.is_fenced(), "fail_open {fail_open}");
+        log.close().unwrap();
+        if fail_open {
+            assert!(st.refused.load(Ordering::SeqCst) >= 4, "fail_open: the helpers never tried to open");
+            assert_eq!(st.drops.load(Ordering::SeqCst), 0, "a drop was advised on a file not opened");
+        } else {
+            assert!(st.drops.load(Ordering::SeqCst) >= 4, "no drop was tried: the test tests nothing");
+        }
+        check_reads_back(d.path(), &want);
+    }
+}
