@@ -7,7 +7,7 @@ use crate::format::*;
 use crate::lifecycle::{cut_tail, init, sync_dir, sync_unsealed};
 use crate::log::open_check::Trust;
 use crate::log::{
-    Active, Backend, Files, OpenCheck, OpenReport, Options, Spare, Staged, Wal, Watermarks, STATE_MAX_LEN,
+    Backend, Files, OpenCheck, OpenReport, Opened, Options, Spare, Wal, Watermarks, STATE_MAX_LEN,
 };
 use crate::recovery::{self, LogScan, RecoveryMode};
 use crate::scan::Logical;
@@ -184,51 +184,18 @@ impl Wal {
             .map(|&seq| Spare { seq, recycled: scan.recycled_spares.contains(&seq) })
             .collect();
         let checked = scan.trusted == 0 || opts.open_check == OpenCheck::TrustSealed;
-        let mut wal = Wal {
+        let mut wal = Wal::from_open(Opened {
             storage,
-            _lock: lock,
+            lock,
+            opts,
             max_payload,
             meta,
             files: Files::opened(scan.segments, spares, pool, scan.next_seq, scan.last_crc),
             marks: Watermarks::opened(last_seq, logical.clone(), end),
             position: logical.into(),
-            staged: Staged::default(),
-            fenced: None,
-            token: 0,
-            closed: false,
-            pipe: Default::default(),
             trust: Trust::new(checked),
-            opts,
-        };
-        let resume = wal.files.last().filter(|s| !s.sealed() && !wal.opts.read_only).map(|s| s.seq);
-        // Continue in the last segment if it is not sealed.
-        if !wal.opts.read_only {
-            if let Some(last) = wal.files.last() {
-                if !last.sealed() {
-                    let name = segment_file_name(last.seq);
-                    let file =
-                        wal.storage.open(&name).map_err(|e| Error::io(format!("opening {name}"), e))?;
-                    let active = Active {
-                        seq: last.seq,
-                        header: last.header,
-                        file,
-                        write_off: last.data_end.next_multiple_of(SECTOR as u64),
-                        index: Vec::new(),
-                        index_stride: 1,
-                        batches: 0,
-                    };
-                    wal.files.resume(active);
-                }
-            }
-        }
-        if let Some(seq) = resume {
-            if checked {
-                wal.prepare_next(seq + 1);
-            } else {
-                // It creates a file: not before the records are checked (log/open_check.rs).
-                wal.files.defer_prepare(seq + 1);
-            }
-        }
+        });
+        wal.resume_after_open(checked)?;
         Ok(wal)
     }
 }

@@ -85,7 +85,7 @@ pub struct Replay {
     cur: Option<Cur>,
     /// The handle's check, when this replay walks the whole log of a handle whose open took
     /// segments on trust: marked done when the replay reaches its end without damage.
-    pub(crate) credit: Option<Arc<crate::log::open_check::Trust>>,
+    credit: Option<Arc<crate::log::open_check::Trust>>,
 }
 
 impl std::fmt::Debug for Replay {
@@ -156,32 +156,24 @@ impl Wal {
 
     /// A replay from `from` (or the start) to the written or durable end.
     pub fn replay_from(&self, from: Option<Lsn>, bound: Durability) -> Result<Replay> {
-        let end = match bound {
-            Durability::Written => self.written_end(),
-            Durability::Durable => self.marks.durable_end(),
-        };
+        let src = self.replay_source(bound);
         // A replay of the whole log re-checks every record: it stands for the check when it ends
         // cleanly. One from an LSN skips records, so it does not.
-        let credit = (from.is_none() && self.trust.unchecked()).then(|| self.trust.clone());
-        let mut r = Replay::new(
-            self.storage.clone(),
-            self.files.pins().clone(),
-            self.files.segments(),
-            end,
-            from.map(|l| l.0),
-        )?;
-        r.credit = credit;
-        Ok(r)
+        let credit = if from.is_none() { src.unchecked } else { None };
+        Replay::over(src.storage, src.pins, src.segments, src.end, from.map(|l| l.0), credit)
     }
 }
 
 impl Replay {
-    pub(crate) fn new(
+    /// A replay of `segments` from `from` (or the start) to `end`; `credit`, when the open took
+    /// records on trust, is marked checked if the replay walks to its end cleanly.
+    pub(crate) fn over(
         storage: Arc<dyn Reader>,
         pins: Arc<Pins>,
         segments: &[SegmentInfo],
         end: Option<(u64, u64)>,
         from: Option<u64>,
+        credit: Option<Arc<crate::log::open_check::Trust>>,
     ) -> Result<Replay> {
         let Some((end_seq, end_offset)) = end else {
             return Ok(Replay {
@@ -193,7 +185,7 @@ impl Replay {
                 from,
                 i: 0,
                 cur: None,
-                credit: None,
+                credit,
             });
         };
         let mut segs: Vec<Seg> = segments
@@ -231,7 +223,7 @@ impl Replay {
             // Segments whose entries all lie below `from` hold nothing to return.
             i = segs.iter().position(|s| s.entries > 0 && s.max_lsn >= from).unwrap_or(segs.len());
         }
-        Ok(Replay { storage, pins, segs, keep_after, end_offset, from, i, cur: None, credit: None })
+        Ok(Replay { storage, pins, segs, keep_after, end_offset, from, i, cur: None, credit })
     }
 
     fn open_current(&mut self) -> Result<()> {

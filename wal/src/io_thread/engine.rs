@@ -293,7 +293,7 @@ impl Io {
 
     /// After a call into the log that may have synced (a rotation, a purge) or failed.
     pub(super) fn after_log_call(&mut self) {
-        if let Some(why) = self.wal.fenced.clone() {
+        if let Some(why) = self.wal.fence_cause().map(str::to_owned) {
             if self.fenced().is_none() {
                 self.fence(why);
             }

@@ -63,9 +63,11 @@ pub(crate) use watermarks::Watermarks;
 
 use crate::error::{CrcVerdict, Damage};
 use crate::format::*;
+use crate::recovery::SegmentInfo;
 use crate::storage::{LockGuard, Storage};
-use crate::{Epoch, Lsn};
+use crate::{Durability, Epoch, Lsn};
 use open_check::Trust;
+use recycle::Pins;
 use std::sync::Arc;
 
 /// The largest State record (all metadata keys at their largest values).
@@ -125,26 +127,30 @@ impl Checkpoint {
 }
 
 /// A write-ahead log (synchronous handle).
+///
+/// Its fields are private to `log/`: each part (`files`, `position`, `marks`, `staged`) changes
+/// only through its own methods, and the rest of the crate reads the handle through the queries
+/// below.
 pub struct Wal {
-    pub(crate) storage: Arc<dyn Storage>,
-    pub(crate) _lock: LockGuard,
-    pub(crate) opts: Options,
-    pub(crate) max_payload: u32,
-    pub(crate) meta: MetaFile,
+    storage: Arc<dyn Storage>,
+    _lock: LockGuard,
+    opts: Options,
+    max_payload: u32,
+    meta: MetaFile,
     /// The segment files and the record chain; only its methods change them (`files.rs`).
-    pub(crate) files: Files,
+    files: Files,
     /// The logical position after staged records: the one place that admits an operation
     /// and assigns its LSNs (`position.rs`).
-    pub(crate) position: Position,
+    position: Position,
     /// How far records are written and durable; only its methods move it (`watermarks.rs`).
-    pub(crate) marks: Watermarks,
-    pub(crate) staged: Staged,
-    pub(crate) fenced: Option<String>,
-    pub(crate) token: u64,
-    pub(crate) closed: bool,
-    pub(crate) pipe: Pipelined,
+    marks: Watermarks,
+    staged: Staged,
+    fenced: Option<String>,
+    token: u64,
+    closed: bool,
+    pipe: Pipelined,
     /// Whether the records the open took on trust were checked (`open_check.rs`).
-    pub(crate) trust: Arc<Trust>,
+    trust: Arc<Trust>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -227,8 +233,74 @@ impl Wal {
         &self.storage
     }
 
+    /// What fenced the log, if it is fenced.
+    pub(crate) fn fence_cause(&self) -> Option<&str> {
+        self.fenced.as_deref()
+    }
+
     /// (segment, offset) just past the last written batch.
     pub(crate) fn written_end(&self) -> Option<(u64, u64)> {
         self.files.last().map(|s| (s.seq, s.data_end))
     }
+
+    /// The handle an open builds from what its scan found (`open.rs`): nothing staged, not
+    /// fenced, no sync in flight.
+    pub(crate) fn from_open(o: Opened) -> Wal {
+        Wal {
+            storage: o.storage,
+            _lock: o.lock,
+            opts: o.opts,
+            max_payload: o.max_payload,
+            meta: o.meta,
+            files: o.files,
+            position: o.position,
+            marks: o.marks,
+            staged: Staged::default(),
+            fenced: None,
+            token: 0,
+            closed: false,
+            pipe: Pipelined::default(),
+            trust: o.trust,
+        }
+    }
+
+    /// What a replay of this handle reads, to the written or the durable end (`replay.rs`).
+    pub(crate) fn replay_source(&self, bound: Durability) -> ReplaySource<'_> {
+        let end = match bound {
+            Durability::Written => self.written_end(),
+            Durability::Durable => self.marks.durable_end(),
+        };
+        ReplaySource {
+            storage: self.storage.clone(),
+            pins: self.files.pins().clone(),
+            segments: self.files.segments(),
+            end,
+            unchecked: self.trust.unchecked().then(|| self.trust.clone()),
+        }
+    }
+}
+
+/// What a replay reads: the storage, the pins that keep its segments from being recycled under
+/// it, the segments holding records and where it ends; `unchecked` holds the open's trust while
+/// records it took on trust are not yet checked (a whole replay that ends cleanly checks them).
+pub(crate) struct ReplaySource<'a> {
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) pins: Arc<Pins>,
+    pub(crate) segments: &'a [SegmentInfo],
+    pub(crate) end: Option<(u64, u64)>,
+    pub(crate) unchecked: Option<Arc<Trust>>,
+}
+
+/// What an open found, for [`Wal::from_open`]: the storage and its lock, the options, and the
+/// state its scan rebuilt.
+pub(crate) struct Opened {
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) lock: LockGuard,
+    pub(crate) opts: Options,
+    pub(crate) max_payload: u32,
+    pub(crate) meta: MetaFile,
+    pub(crate) files: Files,
+    pub(crate) position: Position,
+    pub(crate) marks: Watermarks,
+    pub(crate) trust: Arc<Trust>,
 }

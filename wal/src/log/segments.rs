@@ -281,6 +281,37 @@ impl Wal {
         }
     }
 
+    /// After an open: a last segment that is not sealed becomes the active one again (unless
+    /// the log is read-only), and the segment after it is prepared, or, when the open took
+    /// records on trust (`checked` false), deferred until they are checked: preparing creates
+    /// a file (`open_check.rs`).
+    pub(crate) fn resume_after_open(&mut self, checked: bool) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        let Some(last) = self.files.last().filter(|s| !s.sealed()) else {
+            return Ok(());
+        };
+        let (seq, header, data_end) = (last.seq, last.header, last.data_end);
+        let name = segment_file_name(seq);
+        let file = self.storage.open(&name).map_err(|e| Error::io(format!("opening {name}"), e))?;
+        self.files.resume(Active {
+            seq,
+            header,
+            file,
+            write_off: data_end.next_multiple_of(SECTOR as u64),
+            index: Vec::new(),
+            index_stride: 1,
+            batches: 0,
+        });
+        if checked {
+            self.prepare_next(seq + 1);
+        } else {
+            self.files.defer_prepare(seq + 1);
+        }
+        Ok(())
+    }
+
     /// Seals the active segment now (the next append starts a new one).
     pub fn rotate(&mut self) -> Result<()> {
         self.check_writable(None)?;
