@@ -17,6 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::thread::spawn(move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 for i in 0..100 {
                     let command = format!("thread {t} sets key {i}").into_bytes();
+                    // A Vec is moved into the log; a borrowed &[u8] would be copied once.
                     let ticket = log.append(Epoch(0), command, Durability::Durable)?;
                     // Ok(lsn): durable. Err: Rejected (not logged) or Indeterminate (maybe).
                     let lsn = ticket.wait()?;

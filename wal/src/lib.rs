@@ -93,7 +93,7 @@ mod segment_read;
 mod ticket;
 
 pub use error::{CrcVerdict, Damage, DamageKind, Error, Result};
-pub use io_thread::{AsyncOptions, AsyncWal, Payload, WhenFull};
+pub use io_thread::{AsyncOptions, AsyncWal, IntoPayload, Payload, WhenFull};
 pub use log::{Backend, Checkpoint, OpenCheck, OpenReport, Options, PurgeReport, SegmentFill, Wal};
 pub use metrics::{Histogram, Stats};
 pub use recovery::RecoveryMode;

@@ -13,6 +13,9 @@
 //!   submission against the submit side's copy of the log's position (`control.rs`; the
 //!   position and its checks are the log's own, `log/position.rs`), in queue order with the
 //!   appends, and its ticket resolves when it is durable.
+//! - An append takes what [`Wal::append`](crate::Wal::append) takes, a borrowed slice, or an
+//!   owned buffer ([`IntoPayload`]): a borrowed one is copied once, into a buffer from a pool
+//!   the I/O thread refills once the entry is staged, an owned one is moved.
 //! - [`AsyncWal::append_untracked`] is the same step for an entry nobody will wait on: the
 //!   caller's slice is copied into a buffer from a pool the I/O thread refills, no ticket is
 //!   made and nothing is resolved for it, so a steady stream allocates nothing per entry. A
@@ -144,6 +147,59 @@ pub enum Payload {
     /// The entries of one user batch, in LSN order: written in one batch frame, linked by
     /// `GROUP_CONT`, so a crash keeps all of them or none.
     Group(Vec<Vec<u8>>),
+}
+
+/// What an [`AsyncWal`] append takes, the same shapes as [`Wal::append`](crate::Wal::append)
+/// and more: a borrowed `&[u8]` (or `&Vec<u8>`, `&[u8; N]`) is copied once, into a buffer the
+/// I/O thread hands back for reuse once the entry is staged, so a steady stream of borrowed
+/// appends allocates no payload buffer; an owned `Vec<u8>` or [`Payload`] is moved, not copied.
+/// Implemented for those types only.
+pub trait IntoPayload: sealed::Sealed {
+    /// The payload, taking a buffer for a borrowed slice's copy from `spare` (empty or not: it
+    /// is cleared first).
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Payload {}
+    impl Sealed for Vec<u8> {}
+    impl Sealed for &[u8] {}
+    impl Sealed for &Vec<u8> {}
+    impl<const N: usize> Sealed for &[u8; N] {}
+}
+
+impl IntoPayload for Payload {
+    fn into_payload(self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        self
+    }
+}
+
+impl IntoPayload for Vec<u8> {
+    fn into_payload(self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        Payload::One(self)
+    }
+}
+
+impl IntoPayload for &[u8] {
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        let mut buf = spare();
+        buf.clear();
+        buf.extend_from_slice(self);
+        Payload::One(buf)
+    }
+}
+
+impl IntoPayload for &Vec<u8> {
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        self.as_slice().into_payload(spare)
+    }
+}
+
+impl<const N: usize> IntoPayload for &[u8; N] {
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        self.as_slice().into_payload(spare)
+    }
 }
 
 impl Payload {

@@ -8,7 +8,7 @@
 use super::control::Control;
 use super::engine::{io_loop, lock_engine, Engine, Io};
 use super::queue::{Req, Shared, Slot, Submit, CLOSED};
-use super::{AsyncOptions, Payload, WhenFull};
+use super::{AsyncOptions, IntoPayload, Payload, WhenFull};
 use crate::error::{Error, Result};
 use crate::log::{Checkpoint, Position, PurgeReport, Wal};
 use crate::storage::Bell;
@@ -106,10 +106,20 @@ impl AsyncWal {
         Ok(())
     }
 
-    /// Enqueues one entry and returns its ticket at once (or waits for queue space, if chosen).
-    /// Errors are Rejected: nothing was enqueued and no LSN was consumed.
-    pub fn append(&self, epoch: Epoch, payload: Vec<u8>, durability: Durability) -> Result<Ticket> {
-        self.append_with(epoch, Payload::One(payload), durability, None)
+    /// Enqueues one entry (a borrowed slice, copied once; or an owned buffer or [`Payload`],
+    /// moved: [`IntoPayload`]) and returns its ticket at once (or waits for queue space, if
+    /// chosen). Errors are Rejected: nothing was enqueued and no LSN was consumed.
+    pub fn append(&self, epoch: Epoch, payload: impl IntoPayload, durability: Durability) -> Result<Ticket> {
+        self.append_with(epoch, payload, durability, None)
+    }
+
+    /// A borrowed payload's buffer: one the I/O thread handed back, if any.
+    fn spare_buffer(&self) -> Vec<u8> {
+        self.shared.lock().pool.pop().unwrap_or_default()
+    }
+
+    fn payload(&self, payload: impl IntoPayload) -> Payload {
+        payload.into_payload(&mut || self.spare_buffer())
     }
 
     /// [`AsyncWal::append`] for one entry or a user batch, optionally also delivering the
@@ -118,10 +128,11 @@ impl AsyncWal {
     pub fn append_with(
         &self,
         epoch: Epoch,
-        payload: Payload,
+        payload: impl IntoPayload,
         durability: Durability,
         notify: Option<Notify>,
     ) -> Result<Ticket> {
+        let payload = self.payload(payload);
         self.enqueue(epoch, payload, durability, notify, true, self.shared.opts.when_full).map_err(|(e, _)| e)
     }
 
@@ -133,7 +144,8 @@ impl AsyncWal {
     /// the fdatasync (`benches/compare`, `durable-1`). When the thread is busy, or the backend
     /// sleeps holding its ring (io_uring), it is `append_with` and a wait. Either way the
     /// ticket resolves exactly as it would on the I/O thread (the same code runs the round).
-    pub fn append_wait(&self, epoch: Epoch, payload: Payload) -> Result<Ticket> {
+    pub fn append_wait(&self, epoch: Epoch, payload: impl IntoPayload) -> Result<Ticket> {
+        let payload = self.payload(payload);
         let engine = if self.drivable { self.engine.try_lock().ok() } else { None };
         let Some(mut guard) = engine.filter(|g| g.as_ref().is_some_and(|io| !io.closing)) else {
             let ticket = self.append_with(epoch, payload, Durability::Durable, None)?;
@@ -295,9 +307,10 @@ impl AsyncWal {
         &self,
         epoch: Epoch,
         lsn: Lsn,
-        payload: Payload,
+        payload: impl IntoPayload,
         durability: Durability,
     ) -> Result<Ticket> {
+        let payload = self.payload(payload);
         self.control(Some(epoch), Control::AppendAt { lsn: lsn.0, payload }, durability)
     }
 

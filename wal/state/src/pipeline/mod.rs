@@ -320,10 +320,6 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         }
         let payloads: Vec<Vec<u8>> =
             items.iter().map(|&(body, id)| Envelope::encode(kind, id, body)).collect();
-        let log_payload = match payloads.as_slice() {
-            [one] => Payload::One(one.clone()),
-            _ => Payload::Group(payloads.clone()),
-        };
         let mut sub = lock(&core.submit);
         if sub.closing {
             return Err(Error::Rejected("the pipeline is closing".into()));
@@ -331,7 +327,18 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         let tag = sub.next_tag;
         let notify = Notify { tx: core.completions.clone(), tag };
         let epoch = epoch.unwrap_or_else(|| core.log.epoch());
-        let ticket = match core.log.append_with(epoch, log_payload, Durability::Durable, Some(notify)) {
+        // One entry is copied into a buffer the log hands back for reuse (the apply thread keeps
+        // the encoded envelope); a group's entries are copied for the log.
+        let appended = match payloads.as_slice() {
+            [one] => core.log.append_with(epoch, one.as_slice(), Durability::Durable, Some(notify)),
+            _ => core.log.append_with(
+                epoch,
+                Payload::Group(payloads.clone()),
+                Durability::Durable,
+                Some(notify),
+            ),
+        };
+        let ticket = match appended {
             Ok(t) => t,
             Err(Error::Fenced { cause }) => {
                 return Err(if kept_for_reopen(kind, core.opts.facts_when_fenced) {

@@ -1,6 +1,7 @@
 //! The I/O thread (first step of issue 3): tickets, group commit, fail-stop, rejection.
 
 mod append_wait;
+mod borrowed;
 mod operations;
 mod same_answers;
 mod tickets;

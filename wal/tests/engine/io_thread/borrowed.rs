@@ -1,0 +1,101 @@
+//! Appends of borrowed slices (`AsyncWal::append(epoch, &[u8], ..)`, the shape of
+//! `Wal::append`): each lands byte for byte at its LSN, and a steady stream of them allocates no
+//! payload buffer (the copy goes into a buffer the I/O thread hands back), where owned `Vec`s
+//! allocate one each. Bytes allocated are counted on the test's own thread only.
+
+use super::{reopen, start};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use wal::{AsyncOptions, Durability, Epoch, Payload};
+use wal_sim::MemStorage;
+
+thread_local! {
+    /// Bytes allocated on this thread while counting; `None` when not counting.
+    static COUNTED: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The system allocator, counting what the threads that asked for it allocate.
+struct Counting;
+
+// SAFETY: every call is passed to the system allocator unchanged; the count is a thread-local
+// `Cell` with a const initializer, which allocates nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = COUNTED.try_with(|c| c.set(c.get().map(|n| n + layout.size())));
+        // SAFETY: the caller's layout, passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: allocated by `System` above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        let _ = COUNTED.try_with(|c| c.set(c.get().map(|n| n + new)));
+        // SAFETY: as for `alloc` and `dealloc`.
+        unsafe { System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Bytes `f` allocated on this thread.
+fn allocated(f: impl FnOnce()) -> usize {
+    COUNTED.with(|c| c.set(Some(0)));
+    f();
+    COUNTED.with(|c| c.replace(None)).unwrap_or(0)
+}
+
+const ENTRY: usize = 8 << 10;
+const N: usize = 200;
+
+#[test]
+fn borrowed_appends_land_byte_for_byte_and_allocate_no_payload_buffer() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    let entry = |i: usize| -> Vec<u8> { (0..ENTRY).map(|j| (i * 31 + j) as u8).collect() };
+    let mut want = Vec::new();
+    // Warm up: the I/O thread hands the buffers of these back to the pool.
+    for i in 0..N {
+        let p = entry(i);
+        log.append(Epoch(0), &p, Durability::Durable).unwrap().wait().unwrap();
+        want.push(((i + 1) as u64, p));
+    }
+    // Each append waits for its entry, so the buffer of the one before is back in the pool.
+    let bodies: Vec<Vec<u8>> = (N..2 * N).map(entry).collect();
+    let borrowed = allocated(|| {
+        for p in &bodies {
+            log.append(Epoch(0), p.as_slice(), Durability::Durable).unwrap().wait().unwrap();
+        }
+    });
+    for (i, p) in bodies.into_iter().enumerate() {
+        want.push(((N + i + 1) as u64, p));
+    }
+    let bodies: Vec<Vec<u8>> = (2 * N..3 * N).map(entry).collect();
+    let owned = allocated(|| {
+        for p in &bodies {
+            log.append(Epoch(0), p.clone(), Durability::Durable).unwrap().wait().unwrap();
+        }
+    });
+    for (i, p) in bodies.into_iter().enumerate() {
+        want.push(((2 * N + i + 1) as u64, p));
+    }
+    // The other shapes: an array reference, a `&Vec`, a `Payload`.
+    log.append(Epoch(0), b"array", Durability::Written).unwrap();
+    let vec = b"vec".to_vec();
+    log.append(Epoch(0), &vec, Durability::Written).unwrap();
+    let last = log.append(Epoch(0), Payload::One(b"payload".to_vec()), Durability::Durable).unwrap();
+    last.wait().unwrap();
+    for (k, p) in [&b"array"[..], b"vec", b"payload"].into_iter().enumerate() {
+        want.push(((3 * N + k + 1) as u64, p.to_vec()));
+    }
+    log.close().unwrap();
+    assert_eq!(reopen(&st), want, "every entry at its LSN, byte for byte");
+    // Owned: one payload buffer each (the clone), at least. Borrowed: tickets and channel
+    // slots only, far less than one payload per entry.
+    assert!(owned >= N * ENTRY, "owned appends allocated {owned} bytes: the counter counts nothing");
+    assert!(
+        borrowed < N * ENTRY / 8,
+        "{N} borrowed appends of {ENTRY} bytes allocated {borrowed} bytes (owned: {owned})"
+    );
+}
