@@ -150,11 +150,16 @@ pub enum Payload {
 }
 
 /// What an [`AsyncWal`] append takes, the same shapes as [`Wal::append`](crate::Wal::append)
-/// and more: a borrowed `&[u8]` (or `&Vec<u8>`, `&[u8; N]`) is copied once, into a buffer the
-/// I/O thread hands back for reuse once the entry is staged, so a steady stream of borrowed
-/// appends allocates no payload buffer; an owned `Vec<u8>` or [`Payload`] is moved, not copied.
-/// Implemented for those types only.
+/// and more: a borrowed `&[u8]` (or `&Vec<u8>`, `&[u8; N]`) is copied once, for
+/// [`AsyncWal::append`], [`AsyncWal::append_with`] and [`AsyncWal::append_wait`] into a buffer
+/// the I/O thread hands back for reuse once the entry is staged (so a steady stream of borrowed
+/// appends allocates no payload buffer), for [`AsyncWal::append_at`] into one of its own; an
+/// owned `Vec<u8>` or [`Payload`] is moved, not copied. A borrowed slice over the log's limit is
+/// refused before it is copied. Implemented for those types only.
 pub trait IntoPayload: sealed::Sealed {
+    /// The length of the largest entry it carries: checked against the log's limit before
+    /// anything is copied.
+    fn largest_len(&self) -> usize;
     /// The payload, taking a buffer for a borrowed slice's copy from `spare` (empty or not: it
     /// is cleared first).
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload;
@@ -170,18 +175,27 @@ mod sealed {
 }
 
 impl IntoPayload for Payload {
+    fn largest_len(&self) -> usize {
+        self.largest()
+    }
     fn into_payload(self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         self
     }
 }
 
 impl IntoPayload for Vec<u8> {
+    fn largest_len(&self) -> usize {
+        self.len()
+    }
     fn into_payload(self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         Payload::One(self)
     }
 }
 
 impl IntoPayload for &[u8] {
+    fn largest_len(&self) -> usize {
+        self.len()
+    }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         let mut buf = spare();
         buf.clear();
@@ -191,12 +205,18 @@ impl IntoPayload for &[u8] {
 }
 
 impl IntoPayload for &Vec<u8> {
+    fn largest_len(&self) -> usize {
+        self.len()
+    }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         self.as_slice().into_payload(spare)
     }
 }
 
 impl<const N: usize> IntoPayload for &[u8; N] {
+    fn largest_len(&self) -> usize {
+        N
+    }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         self.as_slice().into_payload(spare)
     }

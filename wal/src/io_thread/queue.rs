@@ -25,7 +25,8 @@ pub(super) struct Submit {
     pub(super) untaken_bytes: usize,
     /// The I/O thread sleeps until its sync completes: small appends need not wake it.
     pub(super) quiet: bool,
-    /// Empty buffers for [`AsyncWal::append_untracked`] (see [`POOL_BUFFERS`]).
+    /// Empty buffers for the copies of borrowed payloads ([`AsyncWal::append_untracked`], and
+    /// [`AsyncWal::append`] of a slice; see [`POOL_BUFFERS`]).
     pub(super) pool: Vec<Vec<u8>>,
 }
 
@@ -103,8 +104,8 @@ impl Drop for Slot {
     }
 }
 
-/// Buffers of untracked appends go back to a pool once staged, so a steady stream of them
-/// allocates nothing: at most this many are kept...
+/// Buffers of appended entries go back to a pool once staged, so a steady stream of borrowed
+/// (or untracked) appends allocates no payload buffer: at most this many are kept...
 pub(super) const POOL_BUFFERS: usize = 1024;
 /// ...each at most this large (a rare large entry's buffer is not kept).
 pub(super) const POOL_BUFFER_BYTES: usize = 64 << 10;

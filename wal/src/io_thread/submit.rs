@@ -7,7 +7,7 @@
 
 use super::control::Control;
 use super::engine::{io_loop, lock_engine, Engine, Io};
-use super::queue::{Req, Shared, Slot, Submit, CLOSED};
+use super::queue::{Req, Shared, Slot, Submit, CLOSED, POOL_BUFFERS, POOL_BUFFER_BYTES};
 use super::{AsyncOptions, IntoPayload, Payload, WhenFull};
 use crate::error::{Error, Result};
 use crate::log::{Checkpoint, Position, PurgeReport, Wal};
@@ -118,8 +118,24 @@ impl AsyncWal {
         self.shared.lock().pool.pop().unwrap_or_default()
     }
 
-    fn payload(&self, payload: impl IntoPayload) -> Payload {
-        payload.into_payload(&mut || self.spare_buffer())
+    /// A borrowed payload's copy, in a buffer the I/O thread handed back if one is there; an
+    /// owned one as it is. One over the log's limit is refused before any copy.
+    fn payload(&self, payload: impl IntoPayload) -> Result<Payload> {
+        Position::check_entries(1, [payload.largest_len()], self.shared.max_payload)?;
+        Ok(payload.into_payload(&mut || self.spare_buffer()))
+    }
+
+    /// Puts the buffer of a refused entry back in the pool, so that refusals (a full queue
+    /// answered Busy, a stale epoch) do not drain it.
+    fn give_back(&self, payload: Option<Payload>) {
+        if let Some(Payload::One(buf)) = payload {
+            if buf.capacity() <= POOL_BUFFER_BYTES {
+                let mut st = self.shared.lock();
+                if st.pool.len() < POOL_BUFFERS {
+                    st.pool.push(buf);
+                }
+            }
+        }
     }
 
     /// [`AsyncWal::append`] for one entry or a user batch, optionally also delivering the
@@ -132,8 +148,13 @@ impl AsyncWal {
         durability: Durability,
         notify: Option<Notify>,
     ) -> Result<Ticket> {
-        let payload = self.payload(payload);
-        self.enqueue(epoch, payload, durability, notify, true, self.shared.opts.when_full).map_err(|(e, _)| e)
+        let payload = self.payload(payload)?;
+        self.enqueue(epoch, payload, durability, notify, true, self.shared.opts.when_full).map_err(
+            |(e, p)| {
+                self.give_back(p);
+                e
+            },
+        )
     }
 
     /// Appends one entry or a user batch as [`Durability::Durable`] and returns its ticket once
@@ -145,7 +166,7 @@ impl AsyncWal {
     /// sleeps holding its ring (io_uring), it is `append_with` and a wait. Either way the
     /// ticket resolves exactly as it would on the I/O thread (the same code runs the round).
     pub fn append_wait(&self, epoch: Epoch, payload: impl IntoPayload) -> Result<Ticket> {
-        let payload = self.payload(payload);
+        let payload = self.payload(payload)?;
         let engine = if self.drivable { self.engine.try_lock().ok() } else { None };
         let Some(mut guard) = engine.filter(|g| g.as_ref().is_some_and(|io| !io.closing)) else {
             let ticket = self.append_with(epoch, payload, Durability::Durable, None)?;
@@ -162,7 +183,10 @@ impl AsyncWal {
                 let _ = ticket.wait();
                 return Ok(ticket);
             }
-            Err((e, _)) => return Err(e),
+            Err((e, p)) => {
+                self.give_back(p);
+                return Err(e);
+            }
         };
         let Some(io) = guard.as_mut() else {
             return Err(Error::Fenced { cause: "the I/O thread's state is gone".into() });
@@ -310,7 +334,9 @@ impl AsyncWal {
         payload: impl IntoPayload,
         durability: Durability,
     ) -> Result<Ticket> {
-        let payload = self.payload(payload);
+        // A buffer of its own: an operation's payload does not go back to the pool.
+        Position::check_entries(1, [payload.largest_len()], self.shared.max_payload)?;
+        let payload = payload.into_payload(&mut Vec::new);
         self.control(Some(epoch), Control::AppendAt { lsn: lsn.0, payload }, durability)
     }
 

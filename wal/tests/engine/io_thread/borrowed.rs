@@ -1,7 +1,8 @@
 //! Appends of borrowed slices (`AsyncWal::append(epoch, &[u8], ..)`, the shape of
 //! `Wal::append`): each lands byte for byte at its LSN, and a steady stream of them allocates no
-//! payload buffer (the copy goes into a buffer the I/O thread hands back), where owned `Vec`s
-//! allocate one each. Bytes allocated are counted on the test's own thread only.
+//! payload buffer (the copy goes into a buffer the I/O thread hands back; a refused one's copy
+//! goes back at once), where owned `Vec`s allocate one each. Bytes allocated are counted on the
+//! test's own thread only.
 
 use super::{reopen, start};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -71,31 +72,60 @@ fn borrowed_appends_land_byte_for_byte_and_allocate_no_payload_buffer() {
     for (i, p) in bodies.into_iter().enumerate() {
         want.push(((N + i + 1) as u64, p));
     }
+    // The same through `append_with` and `append_wait`.
+    let bodies: Vec<Vec<u8>> = (N..2 * N).map(|i| entry(i + 7)).collect();
+    let borrowed_with = allocated(|| {
+        for (k, p) in bodies.iter().enumerate() {
+            if k % 2 == 0 {
+                log.append_with(Epoch(0), p.as_slice(), Durability::Durable, None).unwrap().wait().unwrap();
+            } else {
+                log.append_wait(Epoch(0), p.as_slice()).unwrap().wait().unwrap();
+            }
+        }
+    });
+    let base = want.len();
+    for (i, p) in bodies.into_iter().enumerate() {
+        want.push(((base + i + 1) as u64, p));
+    }
+    // Refusals (a stale epoch) hand their copy back: they do not drain the pool.
+    log.advance_epoch(Epoch(1)).unwrap().wait().unwrap();
+    let p = entry(0);
+    let refused = allocated(|| {
+        for _ in 0..N {
+            assert!(log.append(Epoch(0), p.as_slice(), Durability::Durable).is_err());
+        }
+    });
     let bodies: Vec<Vec<u8>> = (2 * N..3 * N).map(entry).collect();
     let owned = allocated(|| {
         for p in &bodies {
-            log.append(Epoch(0), p.clone(), Durability::Durable).unwrap().wait().unwrap();
+            log.append(Epoch(1), p.clone(), Durability::Durable).unwrap().wait().unwrap();
         }
     });
+    let base = want.len();
     for (i, p) in bodies.into_iter().enumerate() {
-        want.push(((2 * N + i + 1) as u64, p));
+        want.push(((base + i + 1) as u64, p));
     }
     // The other shapes: an array reference, a `&Vec`, a `Payload`.
-    log.append(Epoch(0), b"array", Durability::Written).unwrap();
+    log.append(Epoch(1), b"array", Durability::Written).unwrap();
     let vec = b"vec".to_vec();
-    log.append(Epoch(0), &vec, Durability::Written).unwrap();
-    let last = log.append(Epoch(0), Payload::One(b"payload".to_vec()), Durability::Durable).unwrap();
+    log.append(Epoch(1), &vec, Durability::Written).unwrap();
+    let last = log.append(Epoch(1), Payload::One(b"payload".to_vec()), Durability::Durable).unwrap();
     last.wait().unwrap();
+    let base = want.len();
     for (k, p) in [&b"array"[..], b"vec", b"payload"].into_iter().enumerate() {
-        want.push(((3 * N + k + 1) as u64, p.to_vec()));
+        want.push(((base + k + 1) as u64, p.to_vec()));
     }
     log.close().unwrap();
     assert_eq!(reopen(&st), want, "every entry at its LSN, byte for byte");
     // Owned: one payload buffer each (the clone), at least. Borrowed: tickets and channel
     // slots only, far less than one payload per entry.
     assert!(owned >= N * ENTRY, "owned appends allocated {owned} bytes: the counter counts nothing");
-    assert!(
-        borrowed < N * ENTRY / 8,
-        "{N} borrowed appends of {ENTRY} bytes allocated {borrowed} bytes (owned: {owned})"
-    );
+    for (how, bytes) in
+        [("append", borrowed), ("append_with/append_wait", borrowed_with), ("refused", refused)]
+    {
+        assert!(
+            bytes < N * ENTRY / 8,
+            "{N} borrowed {how} of {ENTRY} bytes allocated {bytes} bytes (owned: {owned})"
+        );
+    }
 }
