@@ -161,7 +161,7 @@ impl Io {
     }
 
     pub(super) fn fenced(&self) -> Option<String> {
-        self.shared.lock().fenced.clone()
+        self.shared.fence_cause()
     }
 
     /// Whether the staged appends wait for the sync in flight to complete before their write

@@ -11,6 +11,7 @@ use crate::storage::Bell;
 use crate::ticket::{Failure, Inner};
 use crate::{Durability, Lsn};
 use crossbeam_channel::Sender;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub(super) struct Submit {
@@ -38,6 +39,10 @@ pub(super) struct Shared {
     pub(super) bell: Arc<Bell>,
     pub(super) max_payload: usize,
     pub(super) opts: AsyncOptions,
+    /// Set (under the submit lock, right after its cause) once the log is fenced, which is for
+    /// good: the I/O thread asks for every request whether the log is fenced, and this answers
+    /// "no" without the lock.
+    pub(super) fenced_once: AtomicBool,
 }
 
 impl Shared {
@@ -59,8 +64,19 @@ impl Shared {
 
     /// Fences the log (the first cause stays) and wakes every append waiting for space.
     pub(super) fn set_fenced(&self, why: &str) {
-        self.lock().fenced.get_or_insert_with(|| why.to_string());
+        let mut st = self.lock();
+        st.fenced.get_or_insert_with(|| why.to_string());
+        self.fenced_once.store(true, Ordering::Release);
+        drop(st);
         self.space.notify_all();
+    }
+
+    /// The cause the log was fenced with, if it is; without taking the lock while it is not.
+    pub(super) fn fence_cause(&self) -> Option<String> {
+        if !self.fenced_once.load(Ordering::Acquire) {
+            return None;
+        }
+        self.lock().fenced.clone()
     }
 }
 

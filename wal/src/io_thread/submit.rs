@@ -62,6 +62,7 @@ impl AsyncWal {
             metrics: Default::default(),
             max_payload: wal.max_payload_bytes() as usize,
             opts,
+            fenced_once: std::sync::atomic::AtomicBool::new(wal.is_fenced()),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let drivable = wal.storage().concurrent_wait();

@@ -28,6 +28,7 @@
 
 use super::Wal;
 use crate::error::{Damage, Error, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// When the records an open took on trust are checked (see the module docs).
@@ -61,20 +62,33 @@ enum State {
 /// Whether a handle's records have been checked; shared with the replays it hands out (a whole
 /// replay that ends cleanly checks them).
 #[derive(Debug)]
-pub(crate) struct Trust(Mutex<State>);
+pub(crate) struct Trust {
+    state: Mutex<State>,
+    /// Set once the state is `Checked`, which it then stays: every write asks, and this answers
+    /// without the lock.
+    checked: AtomicBool,
+}
 
 impl Trust {
     pub(crate) fn new(checked: bool) -> Arc<Trust> {
-        Arc::new(Trust(Mutex::new(if checked { State::Checked } else { State::Unchecked })))
+        let state = if checked { State::Checked } else { State::Unchecked };
+        Arc::new(Trust { state: Mutex::new(state), checked: AtomicBool::new(checked) })
     }
 
     fn state(&self) -> State {
-        self.0.lock().map_or(State::Unchecked, |s| s.clone())
+        if self.checked.load(Ordering::Acquire) {
+            return State::Checked;
+        }
+        self.state.lock().map_or(State::Unchecked, |s| s.clone())
     }
 
     fn set(&self, to: State) {
-        if let Ok(mut s) = self.0.lock() {
+        if let Ok(mut s) = self.state.lock() {
+            let checked = matches!(to, State::Checked);
             *s = to;
+            if checked {
+                self.checked.store(true, Ordering::Release);
+            }
         }
     }
 
@@ -84,9 +98,10 @@ impl Trust {
 
     /// A replay of the whole log ran to its end without damage.
     pub(crate) fn replayed_whole(&self) {
-        if let Ok(mut s) = self.0.lock() {
+        if let Ok(mut s) = self.state.lock() {
             if matches!(*s, State::Unchecked) {
                 *s = State::Checked;
+                self.checked.store(true, Ordering::Release);
             }
         }
     }
