@@ -154,12 +154,13 @@ pub enum Payload {
 /// [`AsyncWal::append`], [`AsyncWal::append_with`] and [`AsyncWal::append_wait`] into a buffer
 /// the I/O thread hands back for reuse once the entry is staged (so a steady stream of borrowed
 /// appends allocates no payload buffer), for [`AsyncWal::append_at`] into one of its own; an
-/// owned `Vec<u8>` or [`Payload`] is moved, not copied. A borrowed slice over the log's limit is
-/// refused before it is copied. Implemented for those types only.
+/// owned `Vec<u8>` or [`Payload`] is moved, not copied. The copy is made only once the append
+/// is admitted (its size, epoch and the queue's room checked): a refusal copies nothing.
+/// Implemented for those types only.
 pub trait IntoPayload: sealed::Sealed {
-    /// The length of the largest entry it carries: checked against the log's limit before
-    /// anything is copied.
-    fn largest_len(&self) -> usize;
+    /// How many entries it carries, their bytes, and the length of the largest: what an append
+    /// checks (the log's limits, the queue's room) before anything is copied.
+    fn shape(&self) -> (usize, usize, usize);
     /// The payload, taking a buffer for a borrowed slice's copy from `spare` (empty or not: it
     /// is cleared first).
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload;
@@ -175,8 +176,8 @@ mod sealed {
 }
 
 impl IntoPayload for Payload {
-    fn largest_len(&self) -> usize {
-        self.largest()
+    fn shape(&self) -> (usize, usize, usize) {
+        (self.entries(), self.bytes(), self.largest())
     }
     fn into_payload(self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         self
@@ -184,8 +185,8 @@ impl IntoPayload for Payload {
 }
 
 impl IntoPayload for Vec<u8> {
-    fn largest_len(&self) -> usize {
-        self.len()
+    fn shape(&self) -> (usize, usize, usize) {
+        (1, self.len(), self.len())
     }
     fn into_payload(self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         Payload::One(self)
@@ -193,8 +194,8 @@ impl IntoPayload for Vec<u8> {
 }
 
 impl IntoPayload for &[u8] {
-    fn largest_len(&self) -> usize {
-        self.len()
+    fn shape(&self) -> (usize, usize, usize) {
+        (1, self.len(), self.len())
     }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         let mut buf = spare();
@@ -205,8 +206,8 @@ impl IntoPayload for &[u8] {
 }
 
 impl IntoPayload for &Vec<u8> {
-    fn largest_len(&self) -> usize {
-        self.len()
+    fn shape(&self) -> (usize, usize, usize) {
+        (1, self.len(), self.len())
     }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         self.as_slice().into_payload(spare)
@@ -214,8 +215,8 @@ impl IntoPayload for &Vec<u8> {
 }
 
 impl<const N: usize> IntoPayload for &[u8; N] {
-    fn largest_len(&self) -> usize {
-        N
+    fn shape(&self) -> (usize, usize, usize) {
+        (1, N, N)
     }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         self.as_slice().into_payload(spare)

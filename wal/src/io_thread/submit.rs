@@ -7,8 +7,8 @@
 
 use super::control::Control;
 use super::engine::{io_loop, lock_engine, Engine, Io};
-use super::queue::{Req, Shared, Slot, Submit, CLOSED, POOL_BUFFERS, POOL_BUFFER_BYTES};
-use super::{AsyncOptions, IntoPayload, Payload, WhenFull};
+use super::queue::{Req, Shared, Slot, Submit, CLOSED};
+use super::{AsyncOptions, IntoPayload, WhenFull};
 use crate::error::{Error, Result};
 use crate::log::{Checkpoint, Position, PurgeReport, Wal};
 use crate::storage::Bell;
@@ -107,36 +107,11 @@ impl AsyncWal {
         Ok(())
     }
 
-    /// Enqueues one entry (a borrowed slice, copied once; or an owned buffer or [`Payload`],
+    /// Enqueues one entry (a borrowed slice, copied once; or an owned buffer or [`Payload`](super::Payload),
     /// moved: [`IntoPayload`]) and returns its ticket at once (or waits for queue space, if
     /// chosen). Errors are Rejected: nothing was enqueued and no LSN was consumed.
     pub fn append(&self, epoch: Epoch, payload: impl IntoPayload, durability: Durability) -> Result<Ticket> {
         self.append_with(epoch, payload, durability, None)
-    }
-
-    /// A borrowed payload's buffer: one the I/O thread handed back, if any.
-    fn spare_buffer(&self) -> Vec<u8> {
-        self.shared.lock().pool.pop().unwrap_or_default()
-    }
-
-    /// A borrowed payload's copy, in a buffer the I/O thread handed back if one is there; an
-    /// owned one as it is. One over the log's limit is refused before any copy.
-    fn payload(&self, payload: impl IntoPayload) -> Result<Payload> {
-        Position::check_entries(1, [payload.largest_len()], self.shared.max_payload)?;
-        Ok(payload.into_payload(&mut || self.spare_buffer()))
-    }
-
-    /// Puts the buffer of a refused entry back in the pool, so that refusals (a full queue
-    /// answered Busy, a stale epoch) do not drain it.
-    fn give_back(&self, payload: Option<Payload>) {
-        if let Some(Payload::One(buf)) = payload {
-            if buf.capacity() <= POOL_BUFFER_BYTES {
-                let mut st = self.shared.lock();
-                if st.pool.len() < POOL_BUFFERS {
-                    st.pool.push(buf);
-                }
-            }
-        }
     }
 
     /// [`AsyncWal::append`] for one entry or a user batch, optionally also delivering the
@@ -149,13 +124,7 @@ impl AsyncWal {
         durability: Durability,
         notify: Option<Notify>,
     ) -> Result<Ticket> {
-        let payload = self.payload(payload)?;
-        self.enqueue(epoch, payload, durability, notify, true, self.shared.opts.when_full).map_err(
-            |(e, p)| {
-                self.give_back(p);
-                e
-            },
-        )
+        self.enqueue(epoch, payload, durability, notify, true, self.shared.opts.when_full).map_err(|(e, _)| e)
     }
 
     /// Appends one entry or a user batch as [`Durability::Durable`] and returns its ticket once
@@ -167,7 +136,6 @@ impl AsyncWal {
     /// sleeps holding its ring (io_uring), it is `append_with` and a wait. Either way the
     /// ticket resolves exactly as it would on the I/O thread (the same code runs the round).
     pub fn append_wait(&self, epoch: Epoch, payload: impl IntoPayload) -> Result<Ticket> {
-        let payload = self.payload(payload)?;
         let engine = if self.drivable { self.engine.try_lock().ok() } else { None };
         let Some(mut guard) = engine.filter(|g| g.as_ref().is_some_and(|io| !io.closing)) else {
             let ticket = self.append_with(epoch, payload, Durability::Durable, None)?;
@@ -184,10 +152,7 @@ impl AsyncWal {
                 let _ = ticket.wait();
                 return Ok(ticket);
             }
-            Err((e, p)) => {
-                self.give_back(p);
-                return Err(e);
-            }
+            Err((e, _)) => return Err(e),
         };
         let Some(io) = guard.as_mut() else {
             return Err(Error::Fenced { cause: "the I/O thread's state is gone".into() });
@@ -207,25 +172,27 @@ impl AsyncWal {
     }
 
     /// Checks and enqueues an append (the one step that assigns its LSN); on a refusal, the
-    /// error and the payload when it was not consumed.
-    fn enqueue(
+    /// error and the payload when it was not consumed. A borrowed payload is copied only once
+    /// admitted, under the same lock, into a buffer from the pool.
+    fn enqueue<P: IntoPayload>(
         &self,
         epoch: Epoch,
-        payload: Payload,
+        payload: P,
         durability: Durability,
         notify: Option<Notify>,
         ring: bool,
         when_full: WhenFull,
-    ) -> std::result::Result<Ticket, (Error, Option<Payload>)> {
-        let (count, len) = (payload.entries(), payload.bytes());
+    ) -> std::result::Result<Ticket, (Error, Option<P>)> {
+        let (count, len, largest) = payload.shape();
         // The largest payload stands for all: if any is too large, it is.
-        if let Err(e) = Position::check_entries(count, [payload.largest()], self.shared.max_payload) {
+        if let Err(e) = Position::check_entries(count, [largest], self.shared.max_payload) {
             return Err((e, Some(payload)));
         }
         let mut st = match self.admit(self.shared.lock(), Some(epoch), len, when_full) {
             Ok(st) => st,
             Err(e) => return Err((e, Some(payload))),
         };
+        let payload = payload.into_payload(&mut || st.pool.pop().unwrap_or_default());
         let lsn = st.log.append(count as u64);
         let ticket = Ticket::new(Lsn(lsn), notify);
         let slot = Slot(Some(ticket.inner.clone()));
@@ -251,12 +218,9 @@ impl AsyncWal {
         let len = payload.len();
         Position::check_entries(1, [len], self.shared.max_payload)?;
         let mut st = self.admit(self.shared.lock(), Some(epoch), len, self.shared.opts.when_full)?;
-        let mut buf = st.pool.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(payload);
+        let payload = payload.into_payload(&mut || st.pool.pop().unwrap_or_default());
         let lsn = st.log.append(1);
-        let req =
-            Req::Append { lsn, epoch: epoch.0, payload: Payload::One(buf), durability, slot: Slot(None) };
+        let req = Req::Append { lsn, epoch: epoch.0, payload, durability, slot: Slot(None) };
         self.send_locked(st, req, 1, len, true)?;
         Ok(Lsn(lsn))
     }
@@ -335,8 +299,9 @@ impl AsyncWal {
         payload: impl IntoPayload,
         durability: Durability,
     ) -> Result<Ticket> {
-        // A buffer of its own: an operation's payload does not go back to the pool.
-        Position::check_entries(1, [payload.largest_len()], self.shared.max_payload)?;
+        // A buffer of its own (an operation's payload does not go back to the pool), made
+        // only for a payload within the limit.
+        Position::check_entries(1, [payload.shape().2], self.shared.max_payload)?;
         let payload = payload.into_payload(&mut Vec::new);
         self.control(Some(epoch), Control::AppendAt { lsn: lsn.0, payload }, durability)
     }

@@ -1,7 +1,7 @@
 //! Appends of borrowed slices (`AsyncWal::append(epoch, &[u8], ..)`, the shape of
 //! `Wal::append`): each lands byte for byte at its LSN, and a steady stream of them allocates no
-//! payload buffer (the copy goes into a buffer the I/O thread hands back; a refused one's copy
-//! goes back at once), where owned `Vec`s allocate one each. Bytes allocated are counted on the
+//! payload buffer (the copy goes into a buffer the I/O thread hands back; a refused one is not
+//! copied at all), where owned `Vec`s allocate one each. Bytes allocated are counted on the
 //! test's own thread only.
 
 use super::{reopen, start};
@@ -87,7 +87,7 @@ fn borrowed_appends_land_byte_for_byte_and_allocate_no_payload_buffer() {
     for (i, p) in bodies.into_iter().enumerate() {
         want.push(((base + i + 1) as u64, p));
     }
-    // Refusals (a stale epoch) hand their copy back: they do not drain the pool.
+    // Refusals (a stale epoch) copy nothing: they do not drain the pool.
     log.advance_epoch(Epoch(1)).unwrap().wait().unwrap();
     let p = entry(0);
     let refused = allocated(|| {
