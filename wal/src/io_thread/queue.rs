@@ -11,8 +11,7 @@ use crate::storage::Bell;
 use crate::ticket::{Failure, Inner};
 use crate::{Durability, Lsn};
 use crossbeam_channel::Sender;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 pub(super) struct Submit {
     /// The log's position with every admitted operation applied: the LSNs tickets carry come
@@ -20,7 +19,6 @@ pub(super) struct Submit {
     pub(super) log: Position,
     pub(super) queued_entries: usize,
     pub(super) queued_bytes: usize,
-    pub(super) fenced: Option<String>,
     pub(super) closing: bool,
     /// Payload bytes sent to the I/O thread and not taken by it yet.
     pub(super) untaken_bytes: usize,
@@ -39,10 +37,10 @@ pub(super) struct Shared {
     pub(super) bell: Arc<Bell>,
     pub(super) max_payload: usize,
     pub(super) opts: AsyncOptions,
-    /// Set (under the submit lock, right after its cause) once the log is fenced, which is for
-    /// good: the I/O thread asks for every request whether the log is fenced, and this answers
-    /// "no" without the lock.
-    pub(super) fenced_once: AtomicBool,
+    /// Why the log is fenced, once it is (for good: the first cause stays). Set under the
+    /// submit lock, so an admission, which reads it under that lock, is either before the
+    /// fence or refused; the I/O thread reads it for every request without the lock.
+    pub(super) fenced: OnceLock<String>,
 }
 
 impl Shared {
@@ -64,19 +62,15 @@ impl Shared {
 
     /// Fences the log (the first cause stays) and wakes every append waiting for space.
     pub(super) fn set_fenced(&self, why: &str) {
-        let mut st = self.lock();
-        st.fenced.get_or_insert_with(|| why.to_string());
-        self.fenced_once.store(true, Ordering::Release);
+        let st = self.lock();
+        let _ = self.fenced.set(why.to_string());
         drop(st);
         self.space.notify_all();
     }
 
-    /// The cause the log was fenced with, if it is; without taking the lock while it is not.
+    /// The cause the log was fenced with, if it is.
     pub(super) fn fence_cause(&self) -> Option<String> {
-        if !self.fenced_once.load(Ordering::Acquire) {
-            return None;
-        }
-        self.lock().fenced.clone()
+        self.fenced.get().cloned()
     }
 }
 

@@ -15,7 +15,7 @@ use crate::storage::Bell;
 use crate::ticket::{Notify, Ticket};
 use crate::{Durability, Epoch, Lsn};
 use crossbeam_channel::Sender;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 /// A log driven by its own I/O thread.
@@ -51,7 +51,6 @@ impl AsyncWal {
                 log: wal.position().clone(),
                 queued_entries: 0,
                 queued_bytes: 0,
-                fenced: wal.is_fenced().then(|| "the log was already fenced".to_string()),
                 closing: false,
                 untaken_bytes: 0,
                 quiet: false,
@@ -62,7 +61,10 @@ impl AsyncWal {
             metrics: Default::default(),
             max_payload: wal.max_payload_bytes() as usize,
             opts,
-            fenced_once: std::sync::atomic::AtomicBool::new(wal.is_fenced()),
+            fenced: match wal.is_fenced() {
+                true => OnceLock::from("the log was already fenced".to_string()),
+                false => OnceLock::new(),
+            },
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let drivable = wal.storage().concurrent_wait();
@@ -237,7 +239,7 @@ impl AsyncWal {
     ) -> Result<MutexGuard<'a, Submit>> {
         let opts = &self.shared.opts;
         loop {
-            if let Some(cause) = &st.fenced {
+            if let Some(cause) = self.shared.fenced.get() {
                 return Err(Error::Fenced { cause: cause.clone() });
             }
             if st.closing {
@@ -353,7 +355,7 @@ impl AsyncWal {
     /// needed to recover).
     pub fn checkpoint(&self, epoch: Epoch, lsn: Lsn, cp: &Checkpoint) -> Result<()> {
         let st = self.shared.lock();
-        if let Some(cause) = &st.fenced {
+        if let Some(cause) = self.shared.fenced.get() {
             return Err(Error::Fenced { cause: cause.clone() });
         }
         st.log.check_epoch(epoch)?;
@@ -396,7 +398,7 @@ impl AsyncWal {
 
     /// Why the log is fenced, if it is.
     pub fn fenced(&self) -> Option<String> {
-        self.shared.lock().fenced.clone()
+        self.shared.fence_cause()
     }
 
     /// Counters and histograms of the I/O thread (appends, bytes, batches, entries per batch,

@@ -28,8 +28,7 @@
 
 use super::Wal;
 use crate::error::{Damage, Error, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 
 /// When the records an open took on trust are checked (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,60 +49,25 @@ pub enum OpenCheck {
     TrustSealed,
 }
 
-#[derive(Clone, Debug)]
-enum State {
-    /// Some segment was taken on trust and nothing has walked it since.
-    Unchecked,
-    Checked,
-    /// The check found this: every write refuses with it.
-    Damaged(Damage),
-}
-
 /// Whether a handle's records have been checked; shared with the replays it hands out (a whole
-/// replay that ends cleanly checks them).
+/// replay that ends cleanly checks them). Unset while unchecked; set once, for good, to `Ok`
+/// (checked) or to the damage the check found (every write refuses with it). Every write
+/// reads it, without a lock.
 #[derive(Debug)]
-pub(crate) struct Trust {
-    state: Mutex<State>,
-    /// Set once the state is `Checked`, which it then stays: every write asks, and this answers
-    /// without the lock.
-    checked: AtomicBool,
-}
+pub(crate) struct Trust(OnceLock<std::result::Result<(), Damage>>);
 
 impl Trust {
     pub(crate) fn new(checked: bool) -> Arc<Trust> {
-        let state = if checked { State::Checked } else { State::Unchecked };
-        Arc::new(Trust { state: Mutex::new(state), checked: AtomicBool::new(checked) })
-    }
-
-    fn state(&self) -> State {
-        if self.checked.load(Ordering::Acquire) {
-            return State::Checked;
-        }
-        self.state.lock().map_or(State::Unchecked, |s| s.clone())
-    }
-
-    fn set(&self, to: State) {
-        if let Ok(mut s) = self.state.lock() {
-            let checked = matches!(to, State::Checked);
-            *s = to;
-            if checked {
-                self.checked.store(true, Ordering::Release);
-            }
-        }
+        Arc::new(Trust(if checked { OnceLock::from(Ok(())) } else { OnceLock::new() }))
     }
 
     pub(crate) fn unchecked(&self) -> bool {
-        matches!(self.state(), State::Unchecked)
+        self.0.get().is_none()
     }
 
     /// A replay of the whole log ran to its end without damage.
     pub(crate) fn replayed_whole(&self) {
-        if let Ok(mut s) = self.state.lock() {
-            if matches!(*s, State::Unchecked) {
-                *s = State::Checked;
-                self.checked.store(true, Ordering::Release);
-            }
-        }
+        let _ = self.0.set(Ok(()));
     }
 }
 
@@ -117,19 +81,15 @@ impl Wal {
         if self.opts.read_only {
             return Ok(());
         }
-        match self.trust.state() {
-            State::Checked => {}
-            State::Damaged(d) => return Err(Error::Damaged(d)),
-            State::Unchecked => {
-                // Nothing was written through this handle yet (writes wait for this), so the
-                // directory holds exactly what the open found, after its torn-tail cut.
-                let scan = crate::recovery::scan_log(&*self.storage, true)?;
-                if let Some(d) = scan.damage {
-                    self.trust.set(State::Damaged(d.clone()));
-                    return Err(Error::Damaged(d));
-                }
-                self.trust.set(State::Checked);
-            }
+        if self.trust.unchecked() {
+            // Nothing was written through this handle yet (writes wait for this), so the
+            // directory holds exactly what the open found, after its torn-tail cut.
+            let scan = crate::recovery::scan_log(&*self.storage, true)?;
+            // Set once: a whole replay that ended cleanly meanwhile read the same records.
+            let _ = self.trust.0.set(scan.damage.map_or(Ok(()), Err));
+        }
+        if let Some(Err(d)) = self.trust.0.get() {
+            return Err(Error::Damaged(d.clone()));
         }
         // The next segment's preparation waits for the check too (it creates a file).
         if let Some(seq) = self.files.take_deferred_prepare() {
