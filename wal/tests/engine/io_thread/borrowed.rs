@@ -1,7 +1,8 @@
 //! Appends of borrowed slices (`AsyncWal::append(epoch, &[u8], ..)`, the shape of
 //! `Wal::append`): each lands byte for byte at its LSN, and a steady stream of them allocates no
-//! payload buffer (the copy goes into a buffer the I/O thread hands back; a refused one is not
-//! copied at all), where owned `Vec`s allocate one each. Bytes allocated are counted on the
+//! payload buffer (the copy goes into a buffer the I/O thread hands back, shared by every
+//! appending thread; a refused one, over the size limit or under a stale epoch, is not copied
+//! at all), where owned `Vec`s allocate one each. Bytes allocated are counted on the
 //! test's own thread only.
 
 use super::{reopen, start};
@@ -128,4 +129,105 @@ fn borrowed_appends_land_byte_for_byte_and_allocate_no_payload_buffer() {
             "{N} borrowed {how} of {ENTRY} bytes allocated {bytes} bytes (owned: {owned})"
         );
     }
+}
+
+#[test]
+fn a_borrowed_slice_over_the_limit_is_refused_before_any_copy() {
+    let st = MemStorage::new();
+    let (wal, _) = wal::Wal::open_with(
+        std::sync::Arc::new(st.clone()),
+        wal::Options { segment_len_bytes: super::SEG, ..wal::Options::default() },
+    )
+    .unwrap();
+    let max = wal.max_payload_bytes() as usize;
+    let log = wal::AsyncWal::start(wal, AsyncOptions::default()).unwrap();
+    let big = vec![7u8; max + 1];
+    log.append(Epoch(0), b"kept", Durability::Durable).unwrap().wait().unwrap();
+    let bytes = allocated(|| {
+        for _ in 0..20 {
+            let e = log.append(Epoch(0), big.as_slice(), Durability::Durable).unwrap_err();
+            assert!(matches!(e, wal::Error::TooLarge { .. }), "append: {e}");
+            let e = log.append_with(Epoch(0), &big, Durability::Written, None).unwrap_err();
+            assert!(matches!(e, wal::Error::TooLarge { .. }), "append_with: {e}");
+            let e = log.append_wait(Epoch(0), big.as_slice()).unwrap_err();
+            assert!(matches!(e, wal::Error::TooLarge { .. }), "append_wait: {e}");
+            let e = log.append_at(Epoch(0), wal::Lsn(2), big.as_slice(), Durability::Durable).unwrap_err();
+            assert!(matches!(e, wal::Error::TooLarge { .. }), "append_at: {e}");
+        }
+    });
+    // 80 refusals of a slice one byte over the limit: a single copy would allocate more than
+    // all of them together may.
+    assert!(bytes < max, "80 refusals allocated {bytes} bytes (a copy is {} bytes)", max + 1);
+    // Nothing was consumed: the next append takes LSN 2, and the limit itself is accepted.
+    let at_limit = vec![9u8; max];
+    let t = log.append(Epoch(0), at_limit.as_slice(), Durability::Durable).unwrap();
+    assert_eq!(t.lsn, wal::Lsn(2));
+    t.wait().unwrap();
+    log.close().unwrap();
+    assert_eq!(reopen(&st), vec![(1, b"kept".to_vec()), (2, at_limit)]);
+}
+
+#[test]
+fn borrowed_appends_from_many_threads_share_the_pool_and_land_byte_for_byte() {
+    const THREADS: usize = 4;
+    const EACH: usize = 150;
+    let st = MemStorage::new();
+    let log = std::sync::Arc::new(start(&st, AsyncOptions::default()));
+    // Each entry names its thread and its index, so one landing in another's buffer shows.
+    let entry = |t: usize, i: usize| -> Vec<u8> {
+        let mut p = vec![(t * 64 + i % 64) as u8; ENTRY - 16];
+        p.extend_from_slice(&(t as u64).to_le_bytes());
+        p.extend_from_slice(&(i as u64).to_le_bytes());
+        p
+    };
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (log, barrier) = (log.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let bodies: Vec<Vec<u8>> = (0..2 * EACH).map(|i| entry(t, i)).collect();
+                let mut landed = Vec::new();
+                barrier.wait();
+                // Warm up: the buffers these take come back to the shared pool.
+                for p in &bodies[..EACH] {
+                    let ticket = log.append(Epoch(0), p.as_slice(), Durability::Durable).unwrap();
+                    landed.push((ticket.wait().unwrap().0, p.clone()));
+                }
+                let mut tickets = Vec::new();
+                let bytes = allocated(|| {
+                    for (i, p) in bodies[EACH..].iter().enumerate() {
+                        // Every third without waiting: more than one buffer of this thread in
+                        // flight at once.
+                        let ticket = log.append(Epoch(0), p.as_slice(), Durability::Durable).unwrap();
+                        if i % 3 == 0 {
+                            tickets.push((ticket, i));
+                        } else {
+                            landed.push((ticket.wait().unwrap().0, p.clone()));
+                        }
+                    }
+                });
+                for (ticket, i) in tickets {
+                    landed.push((ticket.wait().unwrap().0, bodies[EACH + i].clone()));
+                }
+                (landed, bytes)
+            })
+        })
+        .collect();
+    let mut want = Vec::new();
+    for h in handles {
+        let (landed, bytes) = h.join().unwrap();
+        // Tickets, channel slots and the clones kept for the check above (one per entry,
+        // counted: 2/3 of EACH entries), and no payload buffer per entry beyond those.
+        let clones = (EACH - EACH / 3) * ENTRY;
+        assert!(
+            bytes < clones + EACH * ENTRY / 4,
+            "{EACH} borrowed appends allocated {bytes} bytes beside {clones} of the test's own clones"
+        );
+        want.extend(landed);
+    }
+    log.close().unwrap();
+    want.sort();
+    let got = reopen(&st);
+    assert_eq!(got.len(), THREADS * 2 * EACH);
+    assert_eq!(got, want, "every entry at the LSN its ticket gave, byte for byte");
 }
