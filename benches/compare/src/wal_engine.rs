@@ -98,16 +98,14 @@ impl WalEngine {
 
 impl Engine for WalEngine {
     /// A durable append waits at once, so it goes through `append_wait` (the caller's thread
-    /// runs the round when the I/O thread is idle, as the peers' blocking writers do).
+    /// runs the round when the I/O thread is idle, as the peers' blocking writers do). The
+    /// entries go in borrowed, as `Wal::append_batch` takes them: copied once into buffers the
+    /// I/O thread hands back (several as one atomic group).
     fn append(&self, _stream: u32, entries: &[&[u8]], durable: bool) -> Res<()> {
-        let payload = match entries {
-            [one] => wal::Payload::One(one.to_vec()),
-            many => wal::Payload::Group(many.iter().map(|e| e.to_vec()).collect()),
-        };
         if durable {
-            self.log.append_wait(Self::EPOCH, payload)?.wait()?;
+            self.log.append_wait(Self::EPOCH, entries)?.wait()?;
         } else {
-            self.log.append_with(Self::EPOCH, payload, wal::Durability::Written, None)?;
+            self.log.append_with(Self::EPOCH, entries, wal::Durability::Written, None)?;
         }
         Ok(())
     }

@@ -154,9 +154,11 @@ pub enum Payload {
 /// [`AsyncWal::append`], [`AsyncWal::append_with`] and [`AsyncWal::append_wait`] into a buffer
 /// the I/O thread hands back for reuse once the entry is staged (so a steady stream of borrowed
 /// appends allocates no payload buffer), for [`AsyncWal::append_at`] into one of its own; an
-/// owned `Vec<u8>` or [`Payload`] is moved, not copied. The copy is made only once the append
-/// is admitted (its size, epoch and the queue's room checked): a refusal copies nothing.
-/// Implemented for those types only.
+/// owned `Vec<u8>` or [`Payload`] is moved, not copied. A borrowed user batch (`&[&[u8]]`, the
+/// shape of [`Wal::append_batch`](crate::Wal::append_batch), or `&[Vec<u8>]`) is copied the same
+/// way, entry by entry, and takes consecutive LSNs as one atomic group, as
+/// [`Payload::Group`] does. The copy is made only once the append is admitted (its sizes, epoch
+/// and the queue's room checked): a refusal copies nothing. Implemented for those types only.
 pub trait IntoPayload: sealed::Sealed {
     /// How many entries it carries, their bytes, and the length of the largest: what an append
     /// checks (the log's limits, the queue's room) before anything is copied.
@@ -173,6 +175,8 @@ mod sealed {
     impl Sealed for &[u8] {}
     impl Sealed for &Vec<u8> {}
     impl<const N: usize> Sealed for &[u8; N] {}
+    impl Sealed for &[&[u8]] {}
+    impl Sealed for &[Vec<u8>] {}
 }
 
 impl IntoPayload for Payload {
@@ -223,7 +227,51 @@ impl<const N: usize> IntoPayload for &[u8; N] {
     }
 }
 
+impl IntoPayload for &[&[u8]] {
+    fn shape(&self) -> (usize, usize, usize) {
+        group_shape(self.iter().map(|p| p.len()))
+    }
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        copy_group(self.iter().copied(), spare)
+    }
+}
+
+impl IntoPayload for &[Vec<u8>] {
+    fn shape(&self) -> (usize, usize, usize) {
+        group_shape(self.iter().map(Vec::len))
+    }
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        copy_group(self.iter().map(Vec::as_slice), spare)
+    }
+}
+
+/// A borrowed user batch's entries, bytes and largest entry.
+fn group_shape(lens: impl Iterator<Item = usize>) -> (usize, usize, usize) {
+    lens.fold((0, 0, 0), |(n, sum, max), len| (n + 1, sum + len, max.max(len)))
+}
+
+/// A borrowed user batch copied entry by entry into buffers from `spare` (a batch of one is
+/// one entry, the same on disk).
+fn copy_group<'a>(
+    entries: impl ExactSizeIterator<Item = &'a [u8]>,
+    spare: &mut dyn FnMut() -> Vec<u8>,
+) -> Payload {
+    let mut group: Vec<Vec<u8>> = entries.map(|p| p.into_payload(spare)).map(Payload::into_one).collect();
+    match group.len() {
+        1 => Payload::One(group.pop().unwrap_or_default()),
+        _ => Payload::Group(group),
+    }
+}
+
 impl Payload {
+    /// The one entry a borrowed slice was copied into.
+    fn into_one(self) -> Vec<u8> {
+        match self {
+            Payload::One(p) => p,
+            Payload::Group(mut g) => g.pop().unwrap_or_default(),
+        }
+    }
+
     pub(crate) fn entries(&self) -> usize {
         match self {
             Payload::One(_) => 1,

@@ -76,10 +76,11 @@ impl Io {
                         self.wal.append_batch(Epoch(epoch), &refs)
                     }
                 };
-                if let Payload::One(buf) = payload {
-                    if buf.capacity() <= POOL_BUFFER_BYTES {
-                        self.spent.push(buf);
-                    }
+                // Staged (copied into the batch): the buffers go back for borrowed appends.
+                let small = |buf: &Vec<u8>| buf.capacity() <= POOL_BUFFER_BYTES;
+                match payload {
+                    Payload::One(buf) => self.spent.extend(Some(buf).filter(small)),
+                    Payload::Group(g) => self.spent.extend(g.into_iter().filter(small)),
                 }
                 let p = Pending { lsn, entries, bytes, durability, slot };
                 self.keep_staged(p, appended.map(|l| l.0), lsn, seq_before);

@@ -46,10 +46,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use wal::seam::{FileStorage, Writer};
+use wal::AsyncWal;
 use wal::Durability;
 use wal::Lsn;
 use wal::{Ack, Notify, Resolver};
-use wal::{AsyncWal, Payload};
 use wal::{Error, Result};
 use wal::{OpenReport, Wal};
 
@@ -327,17 +327,9 @@ impl<S: StateMachine + Sync> Pipeline<S> {
         let tag = sub.next_tag;
         let notify = Notify { tx: core.completions.clone(), tag };
         let epoch = epoch.unwrap_or_else(|| core.log.epoch());
-        // One entry is copied into a buffer the log hands back for reuse (the apply thread keeps
-        // the encoded envelope); a group's entries are copied for the log.
-        let appended = match payloads.as_slice() {
-            [one] => core.log.append_with(epoch, one.as_slice(), Durability::Durable, Some(notify)),
-            _ => core.log.append_with(
-                epoch,
-                Payload::Group(payloads.clone()),
-                Durability::Durable,
-                Some(notify),
-            ),
-        };
+        // Each entry is copied into a buffer the log hands back for reuse (the apply thread keeps
+        // the encoded envelopes); more than one go in as one atomic group.
+        let appended = core.log.append_with(epoch, payloads.as_slice(), Durability::Durable, Some(notify));
         let ticket = match appended {
             Ok(t) => t,
             Err(Error::Fenced { cause }) => {

@@ -231,3 +231,71 @@ fn borrowed_appends_from_many_threads_share_the_pool_and_land_byte_for_byte() {
     assert_eq!(got.len(), THREADS * 2 * EACH);
     assert_eq!(got, want, "every entry at the LSN its ticket gave, byte for byte");
 }
+
+#[test]
+fn a_borrowed_user_batch_is_one_group_copied_into_pooled_buffers() {
+    const GROUP: usize = 8;
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    let entry = |i: usize| -> Vec<u8> { (0..ENTRY / 4).map(|j| (i * 13 + j) as u8).collect() };
+    let mut want = Vec::new();
+    let mut next = 1u64;
+    let mut append_group = |bodies: &[Vec<u8>], want: &mut Vec<(u64, Vec<u8>)>| {
+        let refs: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+        let t = log.append(Epoch(0), refs.as_slice(), Durability::Durable).unwrap();
+        assert_eq!(t.lsn.0, next, "a group takes consecutive LSNs from the next one");
+        t.wait().unwrap();
+        for b in bodies {
+            want.push((next, b.clone()));
+            next += 1;
+        }
+    };
+    // Warm up the pool with groups of the same shape.
+    let batches: Vec<Vec<Vec<u8>>> =
+        (0..N / GROUP).map(|g| (0..GROUP).map(|i| entry(g * GROUP + i)).collect()).collect();
+    for b in &batches {
+        append_group(b, &mut want);
+    }
+    let bytes = allocated(|| {
+        for b in &batches {
+            append_group(b, &mut want);
+        }
+    });
+    // The test's own clones for `want` are counted too: one per entry.
+    let clones = N / GROUP * GROUP * ENTRY / 4;
+    assert!(
+        bytes < clones + N * ENTRY / 4 / 8,
+        "{N} entries in borrowed groups allocated {bytes} bytes beside {clones} of the test's clones"
+    );
+    // `&[Vec<u8>]` is the same shape; one entry too large refuses the whole group, uncopied.
+    let owned: Vec<Vec<u8>> = vec![b"x".to_vec(), b"y".to_vec()];
+    let t = log.append(Epoch(0), owned.as_slice(), Durability::Durable).unwrap();
+    assert_eq!(t.lsn.0, next);
+    t.wait().unwrap();
+    want.extend([(next, b"x".to_vec()), (next + 1, b"y".to_vec())]);
+    let big = vec![0u8; 1 << 20];
+    let refused: &[&[u8]] = &[b"small", &big];
+    assert!(matches!(log.append(Epoch(0), refused, Durability::Durable), Err(wal::Error::TooLarge { .. })));
+    let empty: &[&[u8]] = &[];
+    assert!(matches!(log.append(Epoch(0), empty, Durability::Durable), Err(wal::Error::InvalidArgument(_))));
+    log.close().unwrap();
+    assert_eq!(reopen(&st), want, "every entry of every group at its LSN, byte for byte");
+    // On disk each group is one atomic group: every entry but its last says the group goes on.
+    let (wal, _) = wal::Wal::open_with(
+        std::sync::Arc::new(st.clone()),
+        wal::Options { segment_len_bytes: super::SEG, ..wal::Options::default() },
+    )
+    .unwrap();
+    let mut r = wal.replay().unwrap();
+    let mut continues = Vec::new();
+    while let Some(item) = r.next() {
+        let item = item.unwrap();
+        if item.kind == wal::ItemKind::Entry {
+            continues.push(item.group_continues);
+        }
+    }
+    let groups = 2 * (N / GROUP);
+    let mut expect: Vec<bool> = (0..groups).flat_map(|_| (0..GROUP).map(|i| i + 1 < GROUP)).collect();
+    expect.extend([true, false]);
+    assert_eq!(continues, expect, "each borrowed batch is one group on disk");
+}
