@@ -377,3 +377,13 @@ impl Iterator for Entries {
         }
     }
 }
+
+/// `for entry in replay`: the live entries as owned pairs, as [`Replay::entries`].
+impl IntoIterator for Replay {
+    type Item = Result<(Lsn, Vec<u8>)>;
+    type IntoIter = Entries;
+
+    fn into_iter(self) -> Entries {
+        self.entries()
+    }
+}

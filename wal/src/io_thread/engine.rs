@@ -272,6 +272,7 @@ impl Io {
         } else {
             self.wal.durable_seq()
         };
+        self.shared.set_durable_lsn(self.wal.durable_lsn());
         let mut done = Vec::new();
         while self.flights.front().is_some_and(|f| f.end_seq <= durable) {
             if let Some(f) = self.flights.pop_front() {

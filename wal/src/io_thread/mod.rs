@@ -154,10 +154,11 @@ pub enum Payload {
 /// [`AsyncWal::append`], [`AsyncWal::append_with`] and [`AsyncWal::append_wait`] into a buffer
 /// the I/O thread hands back for reuse once the entry is staged (so a steady stream of borrowed
 /// appends allocates no payload buffer), for [`AsyncWal::append_at`] into one of its own; an
-/// owned `Vec<u8>` or [`Payload`] is moved, not copied. A borrowed user batch (`&[&[u8]]`, the
-/// shape of [`Wal::append_batch`](crate::Wal::append_batch), or `&[Vec<u8>]`) is copied the same
-/// way, entry by entry, and takes consecutive LSNs as one atomic group, as
-/// [`Payload::Group`] does. The copy is made only once the append is admitted (its sizes, epoch
+/// owned `Vec<u8>` or [`Payload`] is moved, not copied. A user batch takes consecutive LSNs as
+/// one atomic group, as [`Payload::Group`] does: borrowed (`&[&[u8]]`, the shape of
+/// [`Wal::append_batch`](crate::Wal::append_batch), or `&[&[u8]; N]`, `&Vec<&[u8]>`,
+/// `&[Vec<u8>]`, `&Vec<Vec<u8>>`) it is copied the same way, entry by entry; an owned
+/// `Vec<Vec<u8>>` is moved. The copy is made only once the append is admitted (its sizes, epoch
 /// and the queue's room checked): a refusal copies nothing. Implemented for those types only.
 pub trait IntoPayload: sealed::Sealed {
     /// How many entries it carries, their bytes, and the length of the largest: what an append
@@ -176,7 +177,11 @@ mod sealed {
     impl Sealed for &Vec<u8> {}
     impl<const N: usize> Sealed for &[u8; N] {}
     impl Sealed for &[&[u8]] {}
+    impl<const N: usize> Sealed for &[&[u8]; N] {}
+    impl Sealed for &Vec<&[u8]> {}
     impl Sealed for &[Vec<u8>] {}
+    impl Sealed for &Vec<Vec<u8>> {}
+    impl Sealed for Vec<Vec<u8>> {}
 }
 
 impl IntoPayload for Payload {
@@ -242,6 +247,47 @@ impl IntoPayload for &[Vec<u8>] {
     }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
         copy_group(self.iter().map(Vec::as_slice), spare)
+    }
+}
+
+impl<const N: usize> IntoPayload for &[&[u8]; N] {
+    fn shape(&self) -> (usize, usize, usize) {
+        self.as_slice().shape()
+    }
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        self.as_slice().into_payload(spare)
+    }
+}
+
+impl IntoPayload for &Vec<&[u8]> {
+    fn shape(&self) -> (usize, usize, usize) {
+        self.as_slice().shape()
+    }
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        self.as_slice().into_payload(spare)
+    }
+}
+
+impl IntoPayload for &Vec<Vec<u8>> {
+    fn shape(&self) -> (usize, usize, usize) {
+        self.as_slice().shape()
+    }
+    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        self.as_slice().into_payload(spare)
+    }
+}
+
+/// An owned user batch, moved (not copied) as a [`Payload::Group`] (a batch of one is one
+/// entry, the same on disk).
+impl IntoPayload for Vec<Vec<u8>> {
+    fn shape(&self) -> (usize, usize, usize) {
+        self.as_slice().shape()
+    }
+    fn into_payload(mut self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        match self.len() {
+            1 => Payload::One(self.pop().unwrap_or_default()),
+            _ => Payload::Group(self),
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use crate::storage::Bell;
 use crate::ticket::{Failure, Inner};
 use crate::{Durability, Lsn};
 use crossbeam_channel::Sender;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 pub(super) struct Submit {
@@ -41,6 +42,9 @@ pub(super) struct Shared {
     /// submit lock, so an admission, which reads it under that lock, is either before the
     /// fence or refused; the I/O thread reads it for every request without the lock.
     pub(super) fenced: OnceLock<String>,
+    /// The log's durable LSN plus one (0: no entry durable), published by the I/O thread each
+    /// time it resolves what a sync covered.
+    pub(super) durable: AtomicU64,
 }
 
 impl Shared {
@@ -66,6 +70,16 @@ impl Shared {
         let _ = self.fenced.set(why.to_string());
         drop(st);
         self.space.notify_all();
+    }
+
+    /// Publishes the log's durable LSN.
+    pub(super) fn set_durable_lsn(&self, lsn: Option<Lsn>) {
+        self.durable.store(lsn.map_or(0, |l| l.0 + 1), Ordering::Release);
+    }
+
+    /// The durable LSN the I/O thread published last.
+    pub(super) fn durable_lsn(&self) -> Option<Lsn> {
+        self.durable.load(Ordering::Acquire).checked_sub(1).map(Lsn)
     }
 
     /// The cause the log was fenced with, if it is.

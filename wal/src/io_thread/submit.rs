@@ -65,6 +65,7 @@ impl AsyncWal {
                 true => OnceLock::from("the log was already fenced".to_string()),
                 false => OnceLock::new(),
             },
+            durable: std::sync::atomic::AtomicU64::new(wal.durable_lsn().map_or(0, |l| l.0 + 1)),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let drivable = wal.storage().concurrent_wait();
@@ -116,6 +117,25 @@ impl AsyncWal {
         self.append_with(epoch, payload, durability, None)
     }
 
+    /// [`Wal::append_batch`] on the I/O thread: a user batch, borrowed, as the synchronous
+    /// handle takes it (the entries take consecutive LSNs and survive a crash together). The
+    /// same as [`AsyncWal::append`] with the slice; the ticket carries the first LSN.
+    pub fn append_batch(&self, epoch: Epoch, payloads: &[&[u8]], durability: Durability) -> Result<Ticket> {
+        self.append_with(epoch, payloads, durability, None)
+    }
+
+    /// [`Wal::append_batch_at`] on the I/O thread: [`AsyncWal::append_at`] with a borrowed
+    /// user batch.
+    pub fn append_batch_at(
+        &self,
+        epoch: Epoch,
+        lsn: Lsn,
+        payloads: &[&[u8]],
+        durability: Durability,
+    ) -> Result<Ticket> {
+        self.append_at(epoch, lsn, payloads, durability)
+    }
+
     /// [`AsyncWal::append`] for one entry or a user batch, optionally also delivering the
     /// outcome to a completion channel (a `Written` entry delivers two: written, then final).
     /// A group's ticket carries its first LSN and resolves when the whole group does.
@@ -134,7 +154,7 @@ impl AsyncWal {
     /// anyway. When the I/O thread is idle, the caller's own thread writes and syncs the batch
     /// (with whatever else is queued) under the engine lock, instead of waking the I/O thread
     /// and being woken by it: the two wake-ups are what one waiting submitter pays on top of
-    /// the fdatasync (`benches/compare`, `durable-1`). When the thread is busy, or the backend
+    /// the fdatasync. When the thread is busy, or the backend
     /// sleeps holding its ring (io_uring), it is `append_with` and a wait. Either way the
     /// ticket resolves exactly as it would on the I/O thread (the same code runs the round).
     pub fn append_wait(&self, epoch: Epoch, payload: impl IntoPayload) -> Result<Ticket> {
@@ -303,7 +323,8 @@ impl AsyncWal {
     ) -> Result<Ticket> {
         // A buffer of its own (an operation's payload does not go back to the pool), made
         // only for a payload within the limit.
-        Position::check_entries(1, [payload.shape().2], self.shared.max_payload)?;
+        let (entries, _, largest) = payload.shape();
+        Position::check_entries(entries, [largest], self.shared.max_payload)?;
         let payload = payload.into_payload(&mut Vec::new);
         self.control(Some(epoch), Control::AppendAt { lsn: lsn.0, payload }, durability)
     }
@@ -396,9 +417,33 @@ impl AsyncWal {
         Epoch(self.shared.lock().log.epoch())
     }
 
+    /// The lowest live LSN once every operation admitted so far is in the log (as
+    /// [`AsyncWal::next_lsn`]), if it will hold live entries.
+    pub fn first_lsn(&self) -> Option<Lsn> {
+        self.shared.lock().log.first_lsn().map(Lsn)
+    }
+
+    /// The last value recorded for a metadata key once every operation admitted so far is in
+    /// the log (a [`AsyncWal::set_meta`] counts from the moment it returns), or `None` if the
+    /// key was never set.
+    pub fn meta(&self, key: u32) -> Option<Vec<u8>> {
+        self.shared.lock().log.meta(key).map(<[u8]>::to_vec)
+    }
+
+    /// The last LSN that is durable (its batch synced), if any entry is: what the tickets
+    /// resolved so far cover, as [`Wal::durable_lsn`].
+    pub fn durable_lsn(&self) -> Option<Lsn> {
+        self.shared.durable_lsn()
+    }
+
     /// Why the log is fenced, if it is.
     pub fn fenced(&self) -> Option<String> {
         self.shared.fence_cause()
+    }
+
+    /// Whether the log is fenced: every later operation is refused, as [`Wal::is_fenced`].
+    pub fn is_fenced(&self) -> bool {
+        self.shared.fenced.get().is_some()
     }
 
     /// Counters and histograms of the I/O thread (appends, bytes, batches, entries per batch,

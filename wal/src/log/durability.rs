@@ -84,7 +84,7 @@ impl Wal {
     }
 
     /// Takes the completion of the sync in flight if it has come (with `wait`, waits for it).
-    /// Returns how long the sync took when it completed now; a failed sync poisons the log.
+    /// Returns how long the sync took when it completed now; a failed sync fences the log.
     pub(crate) fn poll_sync(&mut self, wait: bool) -> Result<Option<Duration>> {
         let Some(token) = self.pipe.sync.as_ref().map(|s| s.token) else { return Ok(None) };
         loop {
@@ -128,9 +128,7 @@ impl Wal {
     fn fail_sync(&mut self, e: std::io::Error) -> Error {
         self.pipe.sync = None;
         let err = self.fail_io("syncing", e);
-        if self.fenced.is_none() {
-            self.fenced = Some(err.to_string());
-        }
+        self.fence(err.to_string());
         err
     }
 
@@ -140,17 +138,17 @@ impl Wal {
         let was = self.marks.durable_seq();
         if !self.marks.durable(seq, logical, end) {
             let why = format!("internal: the durable watermark would move back from {was} to {seq}");
-            self.fenced.get_or_insert_with(|| why.clone());
+            self.fence(why.clone());
             return Err(Error::Fenced { cause: why });
         }
         Ok(())
     }
 
-    /// Turns an I/O error into the log's error; anything but disk full poisons the handle.
+    /// Turns an I/O error into the log's error; anything but disk full fences the handle.
     pub(crate) fn fail_io(&mut self, context: impl Into<String>, e: std::io::Error) -> Error {
         let err = Error::io(context, e);
-        if !matches!(err, Error::DiskFull { .. }) && self.fenced.is_none() {
-            self.fenced = Some(err.to_string());
+        if !matches!(err, Error::DiskFull { .. }) {
+            self.fence(err.to_string());
         }
         err
     }

@@ -78,7 +78,7 @@ impl Wal {
     }
 
     /// A batch write failed. Disk full: zero whatever of it reached the file, sync, forget the
-    /// batch (its LSNs are free again) and stay usable. Anything else poisons the log.
+    /// batch (its LSNs are free again) and stay usable. Anything else fences the log.
     fn withdraw(&mut self, e: std::io::Error, file: FileId, off: u64, len: u64) -> Error {
         let err = self.fail_io("writing a batch", e);
         if !matches!(err, Error::DiskFull { .. }) {
@@ -92,7 +92,7 @@ impl Wal {
             .run(Op::Write { file, offset: off, data: vec![0; len as usize] })
             .and_then(|_| self.run(Op::SyncData { file }));
         if let Err(e2) = zeroed {
-            self.fenced = Some(format!("withdrawing a batch after disk full failed: {e2}"));
+            self.fence(format!("withdrawing a batch after disk full failed: {e2}"));
         }
         self.position = Position::from(self.marks.written_logical().clone());
         self.staged = Staged::default();

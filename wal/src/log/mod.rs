@@ -3,7 +3,7 @@
 //!
 //! Appends are *staged* into one batch buffer (no I/O); [`Wal::flush`] writes the batch as one
 //! frame (handed to the OS, visible to in-process readers) and [`Wal::sync`] flushes and then
-//! runs a real fdatasync whenever unsynced bytes exist. A failed write or sync poisons the handle
+//! runs a real fdatasync whenever unsynced bytes exist. A failed write or sync fences the handle
 //! (docs/invariants.md I6); disk full withdraws the unsynced batch and leaves the log usable.
 //!
 //! The I/O thread also *pipelines*: it submits an fdatasync over every batch written so far
@@ -226,6 +226,20 @@ impl Wal {
     /// reopened ([`Error::Fenced`](crate::Error::Fenced)).
     pub fn is_fenced(&self) -> bool {
         self.fenced.is_some()
+    }
+
+    /// Why the log is fenced, if it is (the first cause; as `AsyncWal::fenced`).
+    pub fn fenced(&self) -> Option<String> {
+        self.fenced.clone()
+    }
+
+    /// Fences the handle: from now on it refuses every write until it is reopened. The first
+    /// cause stays (a later failure is usually a consequence of the first). The only way the
+    /// fence is set.
+    pub(crate) fn fence(&mut self, cause: String) {
+        if self.fenced.is_none() {
+            self.fenced = Some(cause);
+        }
     }
 
     /// The storage backend the log reads and writes through.

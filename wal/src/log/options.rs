@@ -74,10 +74,9 @@ pub struct Options {
     /// segment's pages (`posix_fadvise(POSIX_FADV_DONTNEED)`; all of them are durable by then),
     /// on a helper thread and in 4 MiB pieces, so that the writer does not wait for it.
     /// The page cache then gives the next writes memory the log itself just freed, instead of
-    /// growing by a segment's length of new memory for every segment written: on the virtual
-    /// machines measured here new memory cost about 3 CPU seconds per GiB copied into it and
-    /// made a log that is never purged 2-3x slower on durable appends (README, "A log that is
-    /// never purged"). What it costs: a replay after a restart reads the older segments from
+    /// growing by a segment's length of new memory for every segment written, which on a
+    /// virtual machine can cost more CPU than the copy into it (README, "A log that is never
+    /// purged", has the measurements). What it costs: a replay after a restart reads the older segments from
     /// the disk rather than from memory. The active segment always stays cached, and so do
     /// pages still mapped by a reader. The budget covers what the log writes: segments read
     /// back after a restart (a replay, a verifier) stay cached for the OS to evict, and a

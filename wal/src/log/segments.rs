@@ -209,10 +209,8 @@ impl Wal {
             self.run(Op::Write { file, offset: at, data: rec }).and_then(|_| self.run(Op::SyncData { file }));
         if let Err(e) = r {
             let err = self.fail_io("writing a footer", e);
-            if self.fenced.is_none() {
-                // A footer that may be half on disk cannot be withdrawn like a batch.
-                self.fenced = Some(err.to_string());
-            }
+            // A footer that may be half on disk cannot be withdrawn like a batch.
+            self.fence(err.to_string());
             return Err(err);
         }
         let footer = FooterInfo { payload: fp, index, seq: next_seq, crc: footer_crc };

@@ -39,6 +39,13 @@ fn append_sync_close_reopen_on_real_files() {
     let (log, rep) = Wal::open(dir.path(), opts()).unwrap();
     assert_eq!(rep.verdict, CrcVerdict::Ok);
     assert_eq!(log.replay().unwrap().collect_entries().unwrap(), want);
+    // A replay is `for`-able: the same live entries, as owned pairs.
+    let mut looped = Vec::new();
+    for entry in log.replay().unwrap() {
+        let (lsn, payload) = entry.unwrap();
+        looped.push((lsn.0, payload));
+    }
+    assert_eq!(looped, want);
     // A full scan agrees.
     let st = wal::storage::FileStorage::new(dir.path(), false).unwrap();
     let scan = wal::scan_log(&st, true).unwrap();

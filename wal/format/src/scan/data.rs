@@ -15,7 +15,7 @@ impl Walker {
         let mut off = self.off;
         if self.batch_left == 0 {
             if self.stop_at.is_some_and(|s| off as u64 >= s) {
-                self.phase = Phase::Done;
+                self.enter(Phase::Done);
                 return Walked::End;
             }
             // Every batch starts on a sector boundary (the first one right after the segment

@@ -23,13 +23,13 @@ impl Walker {
         // A slot past the written end is zero without being read (read through a map, its first
         // byte would make the kernel read megabytes of zeros around it).
         if self.zeros_from <= at {
-            self.phase = Phase::Done;
+            self.enter(Phase::Done);
             return Walked::End;
         }
         if !win.covers(at + FOOTER_SLOT_LEN) {
             return Walked::NeedMore { from: at as u64, end: (at + FOOTER_SLOT_LEN) as u64 };
         }
-        self.phase = Phase::Done;
+        self.enter(Phase::Done);
         let slot = win.get(at, at + FOOTER_SLOT_LEN).unwrap_or_default();
         if is_zero(slot) {
             return Walked::End;
@@ -39,10 +39,7 @@ impl Walker {
         self.batch_end = at + FOOTER_SLOT_LEN;
         self.batch_seq = self.expect_seq;
         self.batch_left = 0;
-        self.phase = Phase::Data;
-        let r = self.check_footer(win, at);
-        self.phase = Phase::Done;
-        r
+        self.check_footer(win, at)
     }
 
     fn check_footer<'a>(&mut self, win: &Window<'a>, at: usize) -> Walked<'a> {

@@ -160,7 +160,8 @@ pub struct Walker {
     pub stop_at: Option<u64>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a walk is in its segment. Phases only go forward, in this order ([`Walker::enter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
     Data,
     /// Checking that the rest of the data area, from `tail_start`, is zero; done up to `tail_at`.
@@ -170,6 +171,15 @@ enum Phase {
 }
 
 impl Walker {
+    /// Moves the walk to phase `next`: the data, the zero rest of the data area, the footer,
+    /// done; never back (a walk that went back could pass a record twice or judge a footer as
+    /// data).
+    #[inline]
+    fn enter(&mut self, next: Phase) {
+        debug_assert!(next >= self.phase, "walker phase from {:?} back to {next:?}", self.phase);
+        self.phase = next;
+    }
+
     /// Starts at the first batch. `logical` is the state at the segment's start if known.
     pub fn new(header: SegmentHeader, logical: Option<Logical>) -> Walker {
         let limit = header.data_limit();
@@ -234,7 +244,7 @@ impl Walker {
 
     /// The data ends at `off`: the rest of the data area is checked from there.
     fn enter_tail<'a>(&mut self, win: &Window<'a>, off: usize) -> Walked<'a> {
-        self.phase = Phase::Tail;
+        self.enter(Phase::Tail);
         self.tail_start = off;
         self.tail_at = off;
         self.read_tail(win)
@@ -286,7 +296,7 @@ impl Walker {
         semantic: bool,
         torn_span: Option<(usize, usize)>,
     ) -> RawDamage {
-        self.phase = Phase::Done;
+        self.enter(Phase::Done);
         let in_batch = self.batch_left > 0 || off < self.batch_end;
         let batch_start = if in_batch { self.batch_start } else { off };
         RawDamage {
@@ -342,7 +352,7 @@ impl Walker {
             // Only a file shorter than its header says (never walked: `read_start`).
             return Walked::Damage(self.damage(DamageKind::ShortAtEof, win.file_len, true, true, true, None));
         }
-        self.phase = Phase::Footer;
+        self.enter(Phase::Footer);
         self.read_footer(win)
     }
 

@@ -65,7 +65,7 @@ pub fn sync_eio_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
         let ran = run_workload(&st, &plan, &new_model());
         match &ran.error {
             Some((_, true)) => {}
-            other => panic!("{ctx}: the failed sync did not poison the log: {other:?}"),
+            other => panic!("{ctx}: the failed sync did not fence the log: {other:?}"),
         }
         match &ran.later_refused {
             Some(Ok(())) => {}
@@ -205,7 +205,7 @@ pub fn disk_full_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
         match &ran.error {
             Some((Error::DiskFull { .. }, false)) => {}
             None => {}
-            Some((e, p)) => panic!("{ctx}: disk full gave {e} (poisoned: {p})"),
+            Some((e, p)) => panic!("{ctx}: disk full gave {e} (fenced: {p})"),
         }
         check_now(&st, &ran, &ctx, sum, Class::DiskFull);
         // Space returns: the log opens, takes an entry, closes and has it.
@@ -260,7 +260,7 @@ pub fn syscall_class(seed: u64, only: Option<Only>, sum: &mut Summary) {
                     }
                     // A failed call the log does not need (a cleanup) may go unreported.
                     None => {}
-                    Some((e, p)) => panic!("{ctx}: gave {e} (poisoned: {p})"),
+                    Some((e, p)) => panic!("{ctx}: gave {e} (fenced: {p})"),
                 }
                 check_now(&st, &ran, &ctx, sum, Class::SyscallFail);
                 *sum.cases.entry(Class::SyscallFail.name()).or_default() += 1;

@@ -99,7 +99,7 @@ pub struct Ran {
     /// The first error a log call returned (with the log fenced or not), if any.
     pub error: Option<(Error, bool)>,
     pub stale_rejected: u64,
-    /// After a poisoning error: whether every later call was refused without a sync (or what
+    /// After a fencing error: whether every later call was refused without a sync (or what
     /// was not).
     pub later_refused: Option<Result<(), String>>,
     /// The open (creating the log) succeeded.
@@ -277,8 +277,8 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
             Ok("flush") => flushed = hist.len(),
             Ok(_) => {}
             Err(e) => {
-                let poisoned = log.is_fenced();
-                if !poisoned {
+                let fenced = log.is_fenced();
+                if !fenced {
                     // Refused (disk full): what the call staged is gone; a batch write that ran
                     // out of space also withdrew the rest of the unwritten batch, while a sync
                     // refused at a rotation leaves it staged. The log's next LSN says which.
@@ -298,10 +298,10 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
                 }
                 let first = ran.error.is_none();
                 if first {
-                    ran.error = Some((e, poisoned));
+                    ran.error = Some((e, fenced));
                 }
                 sync_model(&hist, acked, purging, "refused");
-                if poisoned {
+                if fenced {
                     break;
                 }
             }
@@ -315,8 +315,8 @@ pub fn run_workload(st: &MemStorage, plan: &Plan, model: &Arc<Mutex<Model>>) -> 
                 if ran.error.is_none() {
                     // Disk full at a close (no room for wal.close or wal.meta's replacement)
                     // is an error like any disk full: the sealed segment holds everything.
-                    let poisoned = !matches!(e, Error::DiskFull { .. });
-                    ran.error = Some((e, poisoned));
+                    let fenced = !matches!(e, Error::DiskFull { .. });
+                    ran.error = Some((e, fenced));
                     ran.close_failed = true;
                 }
             }

@@ -13,6 +13,7 @@ enum Op {
     Append { epoch: u64, len: usize },
     Group { epoch: u64, n: usize },
     AppendAt { epoch: u64, delta: i64, len: usize },
+    GroupAt { epoch: u64, delta: i64, n: usize },
     TruncateAfter { epoch: u64, back: u64 },
     Reset { epoch: u64, next: u64 },
     SetMeta { key: u32, len: usize },
@@ -34,6 +35,7 @@ fn op() -> impl Strategy<Value = Op> {
             delta,
             len
         }),
+        1 => (epoch.clone(), -4i64..3, 1usize..4).prop_map(|(epoch, delta, n)| Op::GroupAt { epoch, delta, n }),
         2 => (epoch.clone(), 0u64..8).prop_map(|(epoch, back)| Op::TruncateAfter { epoch, back }),
         1 => (epoch, 0u64..60).prop_map(|(epoch, next)| Op::Reset { epoch, next }),
         2 => (0u32..20, prop_oneof![9 => 0usize..40, 1 => Just(300usize)])
@@ -73,6 +75,8 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
         let (cur, next) = (sync.epoch(), sync.next_lsn().0);
         prop_assert_eq!(log.epoch(), cur, "epoch before op {} {:?}", i, op);
         prop_assert_eq!(log.next_lsn().0, next, "next LSN before op {} {:?}", i, op);
+        prop_assert_eq!(log.first_lsn(), sync.first_lsn(), "first LSN before op {} {:?}", i, op);
+        prop_assert_eq!(log.is_fenced(), sync.is_fenced(), "fenced before op {} {:?}", i, op);
         let (want, got) = match *op {
             Op::Append { epoch, len } => {
                 let e = epoch_for(cur, epoch);
@@ -85,7 +89,12 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
                 let g: Vec<Vec<u8>> = (0..n).map(|k| bytes(i + k, 10)).collect();
                 let refs: Vec<&[u8]> = g.iter().map(Vec::as_slice).collect();
                 let w = outcome(sync.append_batch(e, &refs), |l| l.0);
-                let t = log.append_with(e, Payload::Group(g), Durability::Written, None);
+                // The three shapes of a batch: a `Payload`, borrowed slices, owned buffers.
+                let t = match i % 3 {
+                    0 => log.append_with(e, Payload::Group(g), Durability::Written, None),
+                    1 => log.append_batch(e, &refs, Durability::Written),
+                    _ => log.append(e, g.clone(), Durability::Written),
+                };
                 (
                     w,
                     outcome(t, |t| {
@@ -99,6 +108,21 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
                 let at = Lsn((next as i64 + delta).max(0) as u64);
                 let w = outcome(sync.append_at(e, at, &bytes(i, len)), |l| l.0);
                 let t = log.append_at(e, at, Payload::One(bytes(i, len)), Durability::Durable);
+                (
+                    w,
+                    outcome(t, |t| {
+                        tickets.push(t.clone());
+                        t.lsn.0
+                    }),
+                )
+            }
+            Op::GroupAt { epoch, delta, n } => {
+                let e = epoch_for(cur, epoch);
+                let at = Lsn((next as i64 + delta).max(0) as u64);
+                let g: Vec<Vec<u8>> = (0..n).map(|k| bytes(i + k, 20)).collect();
+                let refs: Vec<&[u8]> = g.iter().map(Vec::as_slice).collect();
+                let w = outcome(sync.append_batch_at(e, at, &refs), |l| l.0);
+                let t = log.append_batch_at(e, at, &refs, Durability::Durable);
                 (
                     w,
                     outcome(t, |t| {
@@ -127,7 +151,10 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::SetMeta { key, len } => {
                 let w = outcome(sync.set_meta(key, &bytes(i, len)), |()| next);
-                (w, outcome(log.set_meta(key, &bytes(i, len), Durability::Durable), |t| t.lsn.0))
+                let t = log.set_meta(key, &bytes(i, len), Durability::Durable);
+                let (got, want) = (log.meta(key), sync.meta(key).map(<[u8]>::to_vec));
+                prop_assert_eq!(got, want, "meta after op {} {:?}", i, op);
+                (w, outcome(t, |t| t.lsn.0))
             }
             Op::AdvanceEpoch { by } => {
                 let new = Epoch((cur.0 as i64 + by).max(0) as u64);
@@ -139,7 +166,7 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
         if want.is_ok() {
             // The placement the submit side promised is the log's own.
             let reported = match op {
-                Op::Append { .. } | Op::Group { .. } | Op::AppendAt { .. } => None,
+                Op::Append { .. } | Op::Group { .. } | Op::AppendAt { .. } | Op::GroupAt { .. } => None,
                 _ => Some(sync.next_lsn().0),
             };
             if let Some(n) = reported {
@@ -150,6 +177,13 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
     for t in tickets {
         prop_assert!(t.wait_durable().is_ok(), "{:?}", t.wait_durable());
     }
+    // One last entry, durable on both: both report it as their durable LSN.
+    let last = sync.append(sync.epoch(), b"last").unwrap();
+    sync.sync().unwrap();
+    let t = log.append(log.epoch(), b"last", Durability::Durable).unwrap();
+    prop_assert_eq!(t.wait(), Ok(last));
+    prop_assert_eq!(sync.durable_lsn(), Some(last));
+    prop_assert_eq!(log.durable_lsn(), Some(last));
     sync.close().unwrap();
     log.close().unwrap();
     let reopen_both = |st: &MemStorage| {
