@@ -60,13 +60,18 @@ pub use claims::Claim;
 pub use codec::{
     decode_entry, encode_entry, COMMITTED_META_KEY, ENTRY_ENCODING_VERSION, PURGED_META_KEY, VOTE_META_KEY,
 };
-pub use log_store::{bounds, log_options, IoStats, IoStatsHandle, LogReader, LogStore};
+pub use log_store::{bounds, log_options, Checkpointer, IoStats, IoStatsHandle, LogReader, LogStore};
 pub use state_machine::{
     ClaimConfig, SnapshotBuilder, SnapshotData, StateMachineStore, DEDUPE_WINDOW, SNAPSHOT_FILE,
 };
-pub use verify::{start_role, Checkpointer, StartRole, StateVerdict};
+pub use verify::{start_role, StartRole, StateVerdict};
 
 use serde::{Deserialize, Serialize};
+
+/// The writer epoch of every record a node writes into its log: fencing of stale leaders is
+/// Raft's vote, not the log's epoch. One constant for the log store, the checkpoints and the
+/// claims' replay.
+pub(crate) const EPOCH: wal::Epoch = wal::Epoch(0);
 
 /// Application data of a normal Raft entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

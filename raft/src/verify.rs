@@ -2,7 +2,7 @@
 //! (docs/invariants.md I8: a DIVERGENT node does not join as a voter, and says why).
 //!
 //! The state machine records checkpoints (the apply seam's digest after an entry, FORMAT.md
-//! 10.3) into the log through a [`Checkpointer`]. At open, [`LogStore::open_verified`]
+//! 10.3) into the log through a [`Checkpointer`](crate::Checkpointer). At open, [`LogStore::open_verified`]
 //! replays the log after the state machine's snapshot through the same apply function and
 //! compares every checkpoint with the state at its own index: **CLEAN** when all agree,
 //! **DIVERGENT** (with the index and both digests) at the first that does not, at an entry the
@@ -26,24 +26,8 @@ use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
 use catalog::Catalog;
 use std::io;
-use std::sync::Arc;
-use wal::{AsyncWal, Checkpoint, Durability, ItemKind, Lsn, Wal};
+use wal::{Checkpoint, Durability, ItemKind, Lsn, Wal};
 use wal_state::Applier;
-
-/// Records checkpoints into the Raft log (with the next batch; durable with its sync).
-#[derive(Clone, Debug)]
-pub struct Checkpointer {
-    wal: Arc<AsyncWal>,
-}
-
-impl Checkpointer {
-    /// Records that the state after applying every entry up to `index` has checkpoint `cp`.
-    /// `index` must be an entry already in the log (an applied one). Best effort: a stopped
-    /// writer drops it (a checkpoint is an extra check, never needed to recover).
-    pub fn record(&self, index: u64, cp: Checkpoint) {
-        let _ = self.wal.checkpoint(crate::log_store::EPOCH, Lsn(index), &cp);
-    }
-}
 
 /// The state verdict of a node's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,11 +135,6 @@ pub(crate) fn check(
 }
 
 impl LogStore {
-    /// A handle the state machine records checkpoints with.
-    pub fn checkpointer(&self) -> Checkpointer {
-        Checkpointer { wal: self.writer() }
-    }
-
     /// Opens the Raft log in `dir` and checks it against `sm` (freshly opened: its snapshot is
     /// the replay's start): the log and its state verdict. A torn tail is cut first, as any
     /// write-open does.

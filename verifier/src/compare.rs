@@ -84,8 +84,8 @@ impl ReplicaReport {
             ReplicaVerdict::Agree => worst,
             ReplicaVerdict::Differ(_) => worst.max(4),
             ReplicaVerdict::NotChecked(_) => worst,
-            ReplicaVerdict::NotCompared(_) => worst.max(crate::report::EXIT_NOT_COMPARED),
-            ReplicaVerdict::Unreadable(_) => worst.max(crate::report::EXIT_IO_ERROR),
+            ReplicaVerdict::NotCompared(_) => worst.max(crate::exit::EXIT_NOT_COMPARED),
+            ReplicaVerdict::Unreadable(_) => worst.max(crate::exit::EXIT_IO_ERROR),
         }
     }
 
@@ -114,7 +114,7 @@ impl ReplicaReport {
 
     /// [`ReplicaReport::json_view`] as a JSON value (its objects' keys sorted, as printed).
     pub fn to_json(&self) -> Value {
-        crate::report::to_value(&self.json_view())
+        crate::to_value(&self.json_view())
     }
 }
 

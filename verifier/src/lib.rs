@@ -17,16 +17,25 @@
 #![forbid(unsafe_code)]
 
 pub mod compare;
+pub mod exit;
+mod fused;
 pub mod pread;
 pub mod report;
 pub mod state;
 
+pub use fused::verify_with_state;
 pub use report::{Report, Stats};
 
 use pread::ReadOnlyDir;
 use std::path::Path;
 use wal::format::{Kind, FRAME_PAYLOAD_LEN};
 use wal::{CrcVerdict, Depth};
+
+/// A value of one of the report's JSON views. Serializing them cannot fail (string keys, no
+/// non-finite floats), so a failure would be a bug in a view.
+pub(crate) fn to_value(view: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(view).expect("a JSON view serializes")
+}
 
 /// What to check.
 #[derive(Clone, Debug, Default)]

@@ -6,22 +6,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use wal::{CrcVerdict, Damage};
 
-/// Exit code for a log that could not be read (docs/invariants.md), or for a report that could not be
-/// written out.
-pub const EXIT_IO_ERROR: i32 = 5;
-
-/// Exit code for a directory holding only an interrupted creation: blank segments and no
-/// `wal.meta` (FORMAT.md section 9, Create). Nothing was ever acknowledged in it, so it is
-/// neither damage nor a disk error.
-pub const EXIT_INCOMPLETE_CREATE: i32 = 7;
-
-/// Exit code for `walcheck compare` when there was nothing to compare: a replica holds no
-/// entries, or the replicas share no LSN.
-pub const EXIT_NOT_COMPARED: i32 = 8;
-
-/// Exit code for an invocation that cannot be carried out: bad arguments, a path that does
-/// not exist, a directory holding no log, a `--base` or `--state` file that cannot be used.
-pub const EXIT_USAGE: i32 = 64;
+pub use crate::exit::{EXIT_INCOMPLETE_CREATE, EXIT_IO_ERROR, EXIT_NOT_COMPARED, EXIT_USAGE};
 
 /// What a directory holds when it holds no log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,7 +150,7 @@ impl Report {
 
     /// [`Report::json_view`] as a JSON value (its objects' keys sorted, as printed).
     pub fn to_json(&self) -> Value {
-        to_value(&self.json_view())
+        crate::to_value(&self.json_view())
     }
 
     /// The human rendering; `color` styles the verdict words ([`verdict_style`]).
@@ -265,12 +250,6 @@ pub fn describe(d: &Damage) -> String {
         "{} at segment {} offset {} (LSN {}, record {}): {}",
         d.verdict, d.segment, d.offset, d.lsn, d.seq, d.kind
     )
-}
-
-/// A value of one of the report's JSON views. Serializing them cannot fail (string keys, no
-/// non-finite floats), so a failure would be a bug in a view.
-pub(crate) fn to_value(view: &impl Serialize) -> Value {
-    serde_json::to_value(view).expect("a JSON view serializes")
 }
 
 /// The JSON of a [`Report`]: one object, every key always present (`null` when there is

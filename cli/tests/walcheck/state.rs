@@ -158,7 +158,8 @@ fn replicas_with_the_same_entries_agree_and_a_changed_one_does_not() {
 /// which path each took, so a one-pass path that silently never runs would fail here.
 #[test]
 fn one_pass_and_a_separate_replay_give_the_same_state_report() {
-    use verifier::state::{check_state, verify_with_state, StateOptions};
+    use verifier::state::{check_state, StateOptions};
+    use verifier::verify_with_state;
     let spec = walcheck::catalog_spec();
     let opts = StateOptions::default();
     // Whether the one-pass report was used, and whether the log allows it by its statistics

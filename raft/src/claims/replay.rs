@@ -3,8 +3,8 @@
 //! it compares claims with replayed states, not with digests a running node recorded.
 
 use super::{nodes, show, Claim, Tally, Verdict};
-use crate::log_store::EPOCH;
 use crate::Request;
+use crate::EPOCH;
 use catalog::Catalog;
 use openraft::EntryPayload;
 use std::collections::BTreeSet;

@@ -19,14 +19,17 @@
 //! Here: the store, its open and its close. The entries kept in memory are in `recent.rs`, the
 //! counters in `stats.rs`, openraft's reader and storage traits over the store in `storage.rs`.
 
+mod checkpoints;
 mod recent;
 mod stats;
 mod storage;
 
+pub use checkpoints::Checkpointer;
 pub use stats::{IoStats, IoStatsHandle};
 pub use storage::bounds;
 
 use crate::codec::{self, COMMITTED_META_KEY, LOG_KIND, LOG_KIND_META_KEY, PURGED_META_KEY, VOTE_META_KEY};
+use crate::EPOCH;
 use crate::{LogId, TypeConfig, Vote};
 use openraft::storage::IOFlushed;
 use recent::Recent;
@@ -36,10 +39,7 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use wal::storage::Storage;
-use wal::{AsyncOptions, AsyncWal, Epoch, Lsn, Options, Ticket, Wal};
-
-/// Raft writes carry writer epoch 0: fencing of stale leaders is Raft's vote, not the log's.
-pub(crate) const EPOCH: Epoch = Epoch(0);
+use wal::{AsyncOptions, AsyncWal, Lsn, Options, Ticket, Wal};
 
 /// What openraft reads back, kept in memory and rebuilt at open.
 #[derive(Debug, Default)]

@@ -128,7 +128,6 @@ pub fn decode(head: AppendHead, tail_untrusted: &[u8]) -> io::Result<AppendEntri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::wire::Msg;
 
     fn lid(index: u64) -> LogId {
         LogId::new(<TypeConfig as RaftTypeConfig>::LeaderId::new_committed(2, 1), index)
@@ -184,39 +183,5 @@ mod tests {
         head.lens[0] += 1;
         head.lens[1] -= 1;
         assert!(decode(head, &out.tail).is_err(), "a cut in the wrong place does not decode");
-    }
-
-    /// The bound a node holds a client's write to is exact for the widest log ids and vote:
-    /// an entry of `max_entry_data` bytes of data goes alone in one frame, one byte more does
-    /// not; with smaller ids it fits with room to spare.
-    #[test]
-    fn an_entry_of_the_largest_data_fits_a_frame_alone_and_one_byte_more_does_not() {
-        let widest =
-            LogId::new(<TypeConfig as RaftTypeConfig>::LeaderId::new_committed(u64::MAX, u64::MAX), u64::MAX);
-        let alone = |data: usize, vote| AppendEntriesRequest::<TypeConfig> {
-            vote,
-            prev_log_id: Some(widest),
-            entries: vec![Entry::new_normal(widest, Request::Command(vec![1; data]))],
-            leader_commit: Some(widest),
-        };
-        for max in [16 << 10, 1 << 20] {
-            let most = max_entry_data(max);
-            assert!(max - most < 600, "{} bytes of overhead in a frame of {max}", max - most);
-            for vote in [Vote::new_committed(u64::MAX, u64::MAX), Vote::new(u64::MAX, u64::MAX)] {
-                let out = encode(&alone(most, vote), max, WRAP).unwrap();
-                let json = serde_json::to_vec(&Msg::AppendEntries(out.head)).unwrap().len();
-                assert!(frame_len(json, out.tail.len()) <= max);
-            }
-            // The widest vote is a candidate's (`"committed":false`).
-            match encode(&alone(most + 1, Vote::new(u64::MAX, u64::MAX)), max, WRAP) {
-                Err(e) => assert!(e.to_string().contains("does not fit"), "{e}"),
-                Ok(out) => panic!("{} bytes of entries went in a frame of {max}", out.tail.len()),
-            }
-            // Ordinary ids: the same data fits.
-            let mut r = rpc(1, 0);
-            r.entries = vec![Entry::new_normal(lid(10), Request::Command(vec![1; most]))];
-            encode(&r, max, WRAP).unwrap();
-        }
-        assert_eq!(max_entry_data(100), 0);
     }
 }

@@ -307,3 +307,55 @@ pub struct EntityView {
     pub name: String,
     pub version: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::append::{encode, max_entry_data, WRAP};
+    use crate::net::frame::frame_len;
+    use crate::{Entry, LogId, Request};
+    use openraft::entry::RaftEntry;
+    use openraft::raft::AppendEntriesRequest;
+    use openraft::vote::RaftLeaderIdExt;
+    use openraft::RaftTypeConfig;
+
+    /// The bound a node holds a client's write to is exact for the widest log ids and vote:
+    /// an entry of `max_entry_data` bytes of data goes alone in one frame, one byte more does
+    /// not; with smaller ids it fits with room to spare.
+    #[test]
+    fn an_entry_of_the_largest_data_fits_a_frame_alone_and_one_byte_more_does_not() {
+        let widest =
+            LogId::new(<TypeConfig as RaftTypeConfig>::LeaderId::new_committed(u64::MAX, u64::MAX), u64::MAX);
+        let alone = |data: usize, vote| AppendEntriesRequest::<TypeConfig> {
+            vote,
+            prev_log_id: Some(widest),
+            entries: vec![Entry::new_normal(widest, Request::Command(vec![1; data]))],
+            leader_commit: Some(widest),
+        };
+        for max in [16 << 10, 1 << 20] {
+            let most = max_entry_data(max);
+            assert!(max - most < 600, "{} bytes of overhead in a frame of {max}", max - most);
+            for vote in [Vote::new_committed(u64::MAX, u64::MAX), Vote::new(u64::MAX, u64::MAX)] {
+                let out = encode(&alone(most, vote), max, WRAP).unwrap();
+                let json = serde_json::to_vec(&Msg::AppendEntries(out.head)).unwrap().len();
+                assert!(frame_len(json, out.tail.len()) <= max);
+            }
+            // The widest vote is a candidate's (`"committed":false`).
+            match encode(&alone(most + 1, Vote::new(u64::MAX, u64::MAX)), max, WRAP) {
+                Err(e) => assert!(e.to_string().contains("does not fit"), "{e}"),
+                Ok(out) => panic!("{} bytes of entries went in a frame of {max}", out.tail.len()),
+            }
+            // Ordinary ids: the same data fits.
+            let lid =
+                |index| LogId::new(<TypeConfig as RaftTypeConfig>::LeaderId::new_committed(2, 1), index);
+            let r = AppendEntriesRequest::<TypeConfig> {
+                vote: Vote::new_committed(2, 1),
+                prev_log_id: Some(lid(9)),
+                entries: vec![Entry::new_normal(lid(10), Request::Command(vec![1; most]))],
+                leader_commit: Some(lid(9)),
+            };
+            encode(&r, max, WRAP).unwrap();
+        }
+        assert_eq!(max_entry_data(100), 0);
+    }
+}

@@ -33,7 +33,7 @@
 //! - **Refused** means nothing was proposed; a failure after proposing is **indeterminate**
 //!   (part of the change may have been made: `client status` shows the membership).
 
-use super::server::Ctx;
+use super::ctx::Ctx;
 use crate::net::frame::{read_frame_max, write_frame_max};
 use crate::net::stream::Expect;
 use crate::net::wire::{MembershipChange, MembershipFailure, MembershipView, Msg, Reply};

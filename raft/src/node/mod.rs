@@ -20,6 +20,7 @@
 //!    starts).
 
 pub mod claims;
+mod ctx;
 mod events;
 pub mod membership;
 pub mod prometheus;
@@ -322,7 +323,7 @@ where
             tracing::info!(node = cfg.id, "initialize: {e}");
         }
     }
-    let ctx = server::Ctx {
+    let ctx = ctx::Ctx {
         raft: raft.clone(),
         id: cfg.id,
         partition: partition.clone(),

@@ -16,7 +16,8 @@
 //! to be accepted. Nothing a client sends can panic it: every byte is read as data.
 
 use crate::net::wire::NodeMetrics;
-use crate::node::server::{self, Ctx};
+use crate::node::ctx::Ctx;
+use crate::node::server;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;

@@ -420,7 +420,7 @@ async fn walcheck_on_a_raft_log_names_the_tool_that_checks_it() {
         fresh: catalog::Catalog::new,
         diff: |_, _, _| Vec::new(),
     };
-    let report = verifier::state::verify_with_state(
+    let report = verifier::verify_with_state(
         &dir.join("log"),
         false,
         &verifier::state::StateOptions::default(),

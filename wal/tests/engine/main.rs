@@ -23,6 +23,7 @@ mod page_cache;
 mod pipelining;
 mod recovery_modes;
 mod recycle;
+mod root_surface;
 mod seam;
 mod segment_fill;
 mod torn_footer;

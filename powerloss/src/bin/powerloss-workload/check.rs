@@ -54,7 +54,7 @@ pub fn verify(dir: &Path, base: Option<&Path>) -> Option<verifier::Report> {
         return None;
     }
     let opts = StateOptions { base: base.map(Path::to_path_buf), state: None, diff_limit: 5 };
-    let r = verifier::state::verify_with_state(dir, false, &opts, &walcheck::catalog_spec(), &mut |_| {});
+    let r = verifier::verify_with_state(dir, false, &opts, &walcheck::catalog_spec(), &mut |_| {});
     match r.no_log {
         Some(NoLog::Absent | NoLog::InterruptedCreation) => None,
         None => Some(r),
