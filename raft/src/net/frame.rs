@@ -46,7 +46,6 @@
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -65,7 +64,8 @@ pub fn frame_len(json: usize, tail: usize) -> usize {
 /// A frame longer than a limit: a frame read whose length field says more (its body was not
 /// read), or one a writer refused to send. On the wire as `Reply::TooLarge`, and inside the
 /// `io::Error` of [`read_frame_max`] and [`write_frame_max`] ([`TooLarge::of`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("a {len}-byte frame is larger than the limit of {max} bytes")]
 pub struct TooLarge {
     /// The frame's length field: its bytes after that field.
     pub len: u64,
@@ -79,14 +79,6 @@ impl TooLarge {
         e.get_ref()?.downcast_ref::<TooLarge>().copied()
     }
 }
-
-impl fmt::Display for TooLarge {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "a {}-byte frame is larger than the limit of {} bytes", self.len, self.max)
-    }
-}
-
-impl std::error::Error for TooLarge {}
 
 /// What [`read_next`] read.
 #[derive(Debug)]

@@ -273,21 +273,14 @@ fn serialize_display<S: serde::Serializer>(v: &impl fmt::Display, s: S) -> Resul
 }
 
 /// A name the log owns that is not a regular file: never read, never written.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name} is {what}, not a regular file (not read)")]
 pub struct NotRegularFile {
     /// The file's name in the log directory.
     pub name: String,
     /// What it is instead: "a FIFO", "a symbolic link to a regular file", ...
     pub what: &'static str,
 }
-
-impl std::fmt::Display for NotRegularFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} is {}, not a regular file (not read)", self.name, self.what)
-    }
-}
-
-impl std::error::Error for NotRegularFile {}
 
 impl NotRegularFile {
     /// The [`NotRegularFile`] an I/O error carries, if it is one.

@@ -68,7 +68,7 @@ fn targets_per_practice_with_ceilings() {
 /// hand, or left behind when the file is replaced.
 #[test]
 fn readme_performance_rows_come_from_the_committed_run() -> Res<()> {
-    const RESULTS: &str = "results/2026-12-07-intel-full.jsonl";
+    const RESULTS: &str = "results/2026-12-07-amd-head.jsonl";
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (samples, probes, engines) = from_json(&here.join(RESULTS))?;
     let out = render(&samples, &probes, &engines);
