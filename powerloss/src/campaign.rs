@@ -277,7 +277,7 @@ fn run_workload(setup: &Setup, mnt: &Path, recorder: &Recorder) -> Result<(), St
 pub fn select(plan: &Plan, rec: &Recording) -> Vec<ImageSpec> {
     let bounds = image::windows(rec);
     let windows = bounds.len();
-    let mut rng = fastrand::Rng::with_seed(plan.seed);
+    let mut rng = wal_rng::Rng::splitmix64(plan.seed);
     let mut specs: Vec<ImageSpec> = match plan.flush_points {
         None => (0..windows).map(|window| ImageSpec { window, subset: None }).collect(),
         Some(n) => {
@@ -293,7 +293,10 @@ pub fn select(plan: &Plan, rec: &Recording) -> Vec<ImageSpec> {
     let busy = busy_windows(rec);
     if !busy.is_empty() {
         for _ in 0..plan.between {
-            specs.push(ImageSpec { window: busy[rng.usize(..busy.len())], subset: Some(rng.u64(..)) });
+            specs.push(ImageSpec {
+                window: busy[rng.below(busy.len() as u64) as usize],
+                subset: Some(rng.next_u64()),
+            });
         }
     }
     specs.sort_unstable();
@@ -307,10 +310,13 @@ pub fn select(plan: &Plan, rec: &Recording) -> Vec<ImageSpec> {
 pub fn resume_origins(rec: &Recording, n: usize, seed: u64) -> Vec<ImageSpec> {
     let windows = image::windows(rec).len();
     let late: Vec<usize> = busy_windows(rec).into_iter().filter(|&w| w >= windows / 2).collect();
-    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut rng = wal_rng::Rng::splitmix64(seed);
     let mut out: Vec<ImageSpec> = (0..n.saturating_sub(1))
         .filter(|_| !late.is_empty())
-        .map(|_| ImageSpec { window: late[rng.usize(..late.len())], subset: Some(rng.u64(..)) })
+        .map(|_| ImageSpec {
+            window: late[rng.below(late.len() as u64) as usize],
+            subset: Some(rng.next_u64()),
+        })
         .collect();
     if n > 0 {
         out.push(ImageSpec { window: windows * 3 / 4, subset: None });

@@ -108,14 +108,14 @@ impl<'a> Cursor<'a> {
         sparse_copy(&self.work, out)?;
         if let Some(seed) = spec.subset {
             let img = std::fs::OpenOptions::new().write(true).open(out)?;
-            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut rng = wal_rng::Rng::splitmix64(seed);
             let mut kept: Vec<usize> = (start..end)
                 .filter(|&i| matches!(self.rec.events[i], Event::Write { .. } | Event::Zero { .. }))
                 .filter(|_| rng.bool())
                 .collect();
             rng.shuffle(&mut kept);
             for i in kept {
-                let torn = rng.u8(..4) == 0;
+                let torn = rng.below(4) == 0;
                 apply(self.rec, &self.rec.events[i], &img, torn.then_some(&mut rng), self.sector)?;
             }
         }
@@ -129,7 +129,7 @@ fn apply(
     rec: &Recording,
     e: &Event,
     file: &File,
-    tear: Option<&mut fastrand::Rng>,
+    tear: Option<&mut wal_rng::Rng>,
     sector: u64,
 ) -> io::Result<()> {
     match *e {
@@ -141,9 +141,9 @@ fn apply(
                     // Sectors of the disk, not of the write: a write need not start on one.
                     let first = offset / sector;
                     let sectors = (offset + len as u64).div_ceil(sector) - first;
-                    let dropped = rng.u64(..sectors.max(1));
+                    let dropped = rng.below(sectors.max(1));
                     for s in 0..sectors {
-                        if s == dropped || (sectors > 2 && rng.u8(..4) == 0) {
+                        if s == dropped || (sectors > 2 && rng.below(4) == 0) {
                             continue;
                         }
                         let a = ((first + s) * sector).saturating_sub(offset).min(len as u64) as usize;

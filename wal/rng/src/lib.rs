@@ -93,6 +93,28 @@ impl Rng {
         self.next_u64() % n.max(1)
     }
 
+    /// A draw in `lo..=hi` (`lo` when `hi < lo`), as [`Rng::below`] does it.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        match hi.saturating_sub(lo).checked_add(1) {
+            Some(n) => lo + self.below(n),
+            None => self.next_u64(),
+        }
+    }
+
+    /// A fair coin: the lowest bit of the next draw.
+    pub fn bool(&mut self) -> bool {
+        self.next_u64() & 1 == 1
+    }
+
+    /// Puts `items` in a random order (Fisher and Yates: each of the orders reachable by
+    /// [`Rng::below`]'s draws, one swap per item).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+
     /// The current state: a generator made with the same constructor from it goes on with the
     /// same sequence (how `wal_sim::Faults::seed` keeps the simulator's generator as a number).
     pub fn state(&self) -> u64 {
@@ -113,6 +135,25 @@ fn not_zero(x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_coins_and_shuffles_stay_in_bounds_and_vary() {
+        let mut r = Rng::splitmix64(7);
+        let draws: Vec<u64> = (0..2000).map(|_| r.range(16, 19)).collect();
+        assert!(draws.iter().all(|d| (16..=19).contains(d)));
+        assert!((16..=19).all(|v| draws.contains(&v)), "every value of a small range comes up");
+        assert_eq!(r.range(5, 5), 5);
+        assert_eq!(r.range(9, 3), 9, "an empty range gives its low end");
+        let _ = r.range(0, u64::MAX); // the whole range: no overflow
+        let heads = (0..2000).filter(|_| r.bool()).count();
+        assert!((800..1200).contains(&heads), "{heads} heads in 2000");
+        let mut v: Vec<u32> = (0..50).collect();
+        r.shuffle(&mut v);
+        assert_ne!(v, (0..50).collect::<Vec<_>>(), "a shuffle of 50 moved nothing");
+        v.sort_unstable();
+        assert_eq!(v, (0..50).collect::<Vec<_>>(), "a shuffle is a permutation");
+        r.shuffle::<u8>(&mut []);
+    }
 
     fn first(mut r: Rng, n: usize) -> Vec<u64> {
         (0..n).map(|_| r.next_u64()).collect()

@@ -250,7 +250,7 @@ impl Load {
                 let mut order = addrs.to_vec();
                 order.rotate_left(w as usize % addrs.len().max(1));
                 let (stop, records) = (stop.clone(), records.clone());
-                let rng = fastrand::Rng::with_seed(
+                let rng = wal_rng::Rng::splitmix64(
                     seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(u64::from(w) + 1)),
                 );
                 tokio::spawn(writer(w, client(order), rng, stop, records, t0))
@@ -283,8 +283,8 @@ impl Load {
     }
 }
 
-fn props(rng: &mut fastrand::Rng, len: usize) -> Vec<u8> {
-    (0..len).map(|_| rng.u8(..)).collect()
+fn props(rng: &mut wal_rng::Rng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 fn to_answer(w: WriteReply) -> Answer {
@@ -307,7 +307,7 @@ const LIVE_CAP: usize = 2500;
 async fn writer(
     w: u32,
     client: Client,
-    mut rng: fastrand::Rng,
+    mut rng: wal_rng::Rng,
     stop: Arc<AtomicBool>,
     records: Arc<Mutex<Vec<Record>>>,
     t0: Instant,
@@ -329,13 +329,13 @@ async fn writer(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let roll = rng.u8(0..100);
+        let roll = rng.below(100) as u8;
         let create = live.is_empty() || (roll < 55 && live.len() < LIVE_CAP);
-        let pick = if create { None } else { Some(rng.usize(..live.len())) };
+        let pick = if create { None } else { Some(rng.below(live.len() as u64) as usize) };
         let (op, name, target, cmd) = match pick {
             None => {
                 let name = format!("w{w}-{seq}");
-                let len = rng.usize(16..=512);
+                let len = rng.range(16, 512) as usize;
                 let cmd = catalog::Command::Create {
                     parent: None,
                     kind: catalog::EntityKind::Metalake,
@@ -347,7 +347,7 @@ async fn writer(
             Some(i) => {
                 let (name, id, version) = live[i].clone();
                 let cmd = if roll < 85 {
-                    let len = rng.usize(16..=512);
+                    let len = rng.range(16, 512) as usize;
                     catalog::Command::Update {
                         id: catalog::EntityId(id),
                         expected_version: version,
@@ -422,7 +422,7 @@ pub async fn burst(
     t0: Instant,
 ) {
     let client = client(addrs.to_vec());
-    let mut rng = fastrand::Rng::with_seed(u64::from(w));
+    let mut rng = wal_rng::Rng::splitmix64(u64::from(w));
     for i in 0..n {
         let name = format!("b{w}-{i}");
         let cmd = catalog::Command::Create {

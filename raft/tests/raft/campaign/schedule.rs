@@ -192,7 +192,7 @@ pub const CYCLE: usize = Kind::ALL.len() + CYCLE_TWICE.len();
 /// The seeded sequence of steps.
 #[derive(Debug)]
 pub struct Schedule {
-    rng: fastrand::Rng,
+    rng: wal_rng::Rng,
     timing: Timing,
     scale: Scale,
     /// The kinds still to come in this cycle.
@@ -201,7 +201,7 @@ pub struct Schedule {
 
 impl Schedule {
     pub fn new(seed: u64, timing: Timing, scale: Scale) -> Schedule {
-        Schedule { rng: fastrand::Rng::with_seed(seed), timing, scale, cycle: Vec::new() }
+        Schedule { rng: wal_rng::Rng::splitmix64(seed), timing, scale, cycle: Vec::new() }
     }
 
     /// The next step.
@@ -212,7 +212,7 @@ impl Schedule {
         }
         let kind = self.cycle.pop().unwrap_or(Kind::KillOne);
         let gap_ms =
-            self.rng.u64(self.timing.heartbeat_ms..=self.scale.max_gap_ms.max(self.timing.heartbeat_ms));
+            self.rng.range(self.timing.heartbeat_ms, self.scale.max_gap_ms.max(self.timing.heartbeat_ms));
         Step { gap_ms, fault: self.fault(kind) }
     }
 
@@ -246,9 +246,9 @@ impl Schedule {
             // frames. (A command travels as raw bytes; with 16 KiB frames a node takes one of
             // up to 15,852 bytes, `net/limit.rs`: these are far from that limit.)
             Kind::Backlog => Fault::Backlog {
-                who: Role::Follower(self.rng.u8(0..2)),
-                entities: self.rng.u32(48..=96),
-                props: self.rng.u32(2 << 10..=3 << 10),
+                who: Role::Follower(self.rng.below(2) as u8),
+                entities: self.rng.range(48, 96) as u32,
+                props: self.rng.range(2 << 10, 3 << 10) as u32,
             },
         }
     }
@@ -258,23 +258,23 @@ impl Schedule {
     fn kill_during(&mut self) -> (Role, u64, Role, u64, u64) {
         let (out, ms) = (self.first(), self.pause());
         let killed = self.other(out);
-        let kill_at_ms = self.rng.u64(ms / 5..=ms * 3 / 5);
+        let kill_at_ms = self.rng.range(ms / 5, ms * 3 / 5);
         (out, ms, killed, kill_at_ms, self.down(killed))
     }
 
     /// A fault's first target: the leader, on purpose, more often than not.
     fn first(&mut self) -> Role {
-        if self.rng.u64(0..100) < LEADER_FIRST {
+        if self.rng.below(100) < LEADER_FIRST {
             Role::Leader
         } else {
-            Role::Follower(self.rng.u8(0..2))
+            Role::Follower(self.rng.below(2) as u8)
         }
     }
 
     /// A second target, different from `a`.
     fn other(&mut self, a: Role) -> Role {
         match a {
-            Role::Leader => Role::Follower(self.rng.u8(0..2)),
+            Role::Leader => Role::Follower(self.rng.below(2) as u8),
             Role::Follower(i) if self.rng.bool() => Role::Follower(1 - i),
             Role::Follower(_) => Role::Leader,
         }
@@ -287,15 +287,15 @@ impl Schedule {
     fn down(&mut self, who: Role) -> u64 {
         let t = self.timing;
         let roll = match who {
-            Role::Leader => self.rng.u8(0..8) / 3,
-            Role::Follower(_) => self.rng.u8(0..3),
+            Role::Leader => self.rng.below(8) as u8 / 3,
+            Role::Follower(_) => self.rng.below(3) as u8,
         };
         match roll {
             0 => 0,
-            1 => self.rng.u64(1..=t.election_min_ms / 2),
+            1 => self.rng.range(1, t.election_min_ms / 2),
             _ => {
                 let hi = (t.election_max_ms as f64 * self.scale.max_down) as u64;
-                self.rng.u64(t.election_max_ms * 3 / 2..=hi.max(t.election_max_ms * 3 / 2))
+                self.rng.range(t.election_max_ms * 3 / 2, hi.max(t.election_max_ms * 3 / 2))
             }
         }
     }
@@ -304,7 +304,7 @@ impl Schedule {
     fn pause(&mut self) -> u64 {
         let e = self.timing.election_max_ms;
         let hi = (e as f64 * self.scale.max_pause) as u64;
-        self.rng.u64(e..=hi.max(e))
+        self.rng.range(e, hi.max(e))
     }
 }
 
