@@ -430,8 +430,10 @@ impl AsyncWal {
         self.shared.lock().log.meta(key).map(<[u8]>::to_vec)
     }
 
-    /// The last LSN that is durable (its batch synced), if any entry is: what the tickets
-    /// resolved so far cover, as [`Wal::durable_lsn`].
+    /// The last LSN a completed sync covered, if any, as the I/O thread last saw it (it
+    /// publishes this just before resolving the tickets that sync covers), as
+    /// [`Wal::durable_lsn`]: after a truncation or a reset is durable it is the cut log's last
+    /// LSN, which may be lower than before.
     pub fn durable_lsn(&self) -> Option<Lsn> {
         self.shared.durable_lsn()
     }

@@ -245,14 +245,16 @@ impl Load {
         records: Arc<Mutex<Vec<Record>>>,
     ) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
+        let mut seeder = wal_rng::Rng::splitmix64(seed);
+        let seeds: Vec<u64> = (0..writers).map(|_| seeder.next_u64()).collect();
         let writers = (0..writers)
             .map(|w| {
                 let mut order = addrs.to_vec();
                 order.rotate_left(w as usize % addrs.len().max(1));
                 let (stop, records) = (stop.clone(), records.clone());
-                let rng = wal_rng::Rng::splitmix64(
-                    seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(u64::from(w) + 1)),
-                );
+                // Each writer's seed drawn from the run's own generator: seeds that differ by
+                // splitmix64's own step would give one stream shifted (as seed 0 would).
+                let rng = wal_rng::Rng::splitmix64(seeds[w as usize]);
                 tokio::spawn(writer(w, client(order), rng, stop, records, t0))
             })
             .collect();
