@@ -207,28 +207,7 @@ impl IntoPayload for &[u8] {
         (1, self.len(), self.len())
     }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        let mut buf = spare();
-        buf.clear();
-        buf.extend_from_slice(self);
-        Payload::One(buf)
-    }
-}
-
-impl IntoPayload for &Vec<u8> {
-    fn shape(&self) -> (usize, usize, usize) {
-        (1, self.len(), self.len())
-    }
-    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        self.as_slice().into_payload(spare)
-    }
-}
-
-impl<const N: usize> IntoPayload for &[u8; N] {
-    fn shape(&self) -> (usize, usize, usize) {
-        (1, N, N)
-    }
-    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        self.as_slice().into_payload(spare)
+        Payload::One(copy_into(self, spare))
     }
 }
 
@@ -237,7 +216,7 @@ impl IntoPayload for &[&[u8]] {
         group_shape(self.iter().map(|p| p.len()))
     }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        copy_group(self.iter().copied(), spare)
+        Payload::of_entries(self.iter().map(|p| copy_into(p, spare)).collect())
     }
 }
 
@@ -246,49 +225,48 @@ impl IntoPayload for &[Vec<u8>] {
         group_shape(self.iter().map(Vec::len))
     }
     fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        copy_group(self.iter().map(Vec::as_slice), spare)
+        Payload::of_entries(self.iter().map(|p| copy_into(p, spare)).collect())
     }
 }
 
-impl<const N: usize> IntoPayload for &[&[u8]; N] {
-    fn shape(&self) -> (usize, usize, usize) {
-        self.as_slice().shape()
-    }
-    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        self.as_slice().into_payload(spare)
-    }
-}
-
-impl IntoPayload for &Vec<&[u8]> {
-    fn shape(&self) -> (usize, usize, usize) {
-        self.as_slice().shape()
-    }
-    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        self.as_slice().into_payload(spare)
-    }
-}
-
-impl IntoPayload for &Vec<Vec<u8>> {
-    fn shape(&self) -> (usize, usize, usize) {
-        self.as_slice().shape()
-    }
-    fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        self.as_slice().into_payload(spare)
-    }
-}
-
-/// An owned user batch, moved (not copied) as a [`Payload::Group`] (a batch of one is one
-/// entry, the same on disk).
+/// An owned user batch, moved (not copied).
 impl IntoPayload for Vec<Vec<u8>> {
     fn shape(&self) -> (usize, usize, usize) {
         self.as_slice().shape()
     }
-    fn into_payload(mut self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
-        match self.len() {
-            1 => Payload::One(self.pop().unwrap_or_default()),
-            _ => Payload::Group(self),
-        }
+    fn into_payload(self, _: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+        Payload::of_entries(self)
     }
+}
+
+/// The shapes that are one of the above seen through `as_slice`: the same checks, the same copy.
+macro_rules! through_slice {
+    ($([$($generics:tt)*] $t:ty),* $(,)?) => {$(
+        impl<$($generics)*> IntoPayload for $t {
+            fn shape(&self) -> (usize, usize, usize) {
+                self.as_slice().shape()
+            }
+            fn into_payload(self, spare: &mut dyn FnMut() -> Vec<u8>) -> Payload {
+                self.as_slice().into_payload(spare)
+            }
+        }
+    )*};
+}
+
+through_slice!(
+    [] &Vec<u8>,
+    [const N: usize] &[u8; N],
+    [] &Vec<&[u8]>,
+    [const N: usize] &[&[u8]; N],
+    [] &Vec<Vec<u8>>,
+);
+
+/// A borrowed entry copied into a buffer from `spare` (cleared first: it may be a spent one).
+fn copy_into(entry: &[u8], spare: &mut dyn FnMut() -> Vec<u8>) -> Vec<u8> {
+    let mut buf = spare();
+    buf.clear();
+    buf.extend_from_slice(entry);
+    buf
 }
 
 /// A borrowed user batch's entries, bytes and largest entry.
@@ -296,25 +274,12 @@ fn group_shape(lens: impl Iterator<Item = usize>) -> (usize, usize, usize) {
     lens.fold((0, 0, 0), |(n, sum, max), len| (n + 1, sum + len, max.max(len)))
 }
 
-/// A borrowed user batch copied entry by entry into buffers from `spare` (a batch of one is
-/// one entry, the same on disk).
-fn copy_group<'a>(
-    entries: impl ExactSizeIterator<Item = &'a [u8]>,
-    spare: &mut dyn FnMut() -> Vec<u8>,
-) -> Payload {
-    let mut group: Vec<Vec<u8>> = entries.map(|p| p.into_payload(spare)).map(Payload::into_one).collect();
-    match group.len() {
-        1 => Payload::One(group.pop().unwrap_or_default()),
-        _ => Payload::Group(group),
-    }
-}
-
 impl Payload {
-    /// The one entry a borrowed slice was copied into.
-    fn into_one(self) -> Vec<u8> {
-        match self {
-            Payload::One(p) => p,
-            Payload::Group(mut g) => g.pop().unwrap_or_default(),
+    /// A user batch's entries as one payload: a batch of one is one entry (the same on disk).
+    fn of_entries(mut entries: Vec<Vec<u8>>) -> Payload {
+        match entries.len() {
+            1 => Payload::One(entries.pop().unwrap_or_default()),
+            _ => Payload::Group(entries),
         }
     }
 
