@@ -74,7 +74,7 @@ impl Shared {
 
     /// Publishes the log's durable LSN.
     pub(super) fn set_durable_lsn(&self, lsn: Option<Lsn>) {
-        self.durable.store(lsn.map_or(0, |l| l.0 + 1), Ordering::Release);
+        self.durable.store(durable_word(lsn), Ordering::Release);
     }
 
     /// The durable LSN the I/O thread published last.
@@ -86,6 +86,11 @@ impl Shared {
     pub(super) fn fence_cause(&self) -> Option<String> {
         self.fenced.get().cloned()
     }
+}
+
+/// A durable LSN as [`Shared::durable`] holds it: plus one, 0 for none.
+pub(super) fn durable_word(lsn: Option<Lsn>) -> u64 {
+    lsn.map_or(0, |l| l.0 + 1)
 }
 
 /// The I/O thread's side of a ticket, or of none ([`AsyncWal::append_untracked`]). Dropped

@@ -7,7 +7,7 @@
 
 use super::control::Control;
 use super::engine::{io_loop, lock_engine, Engine, Io};
-use super::queue::{Req, Shared, Slot, Submit, CLOSED};
+use super::queue::{durable_word, Req, Shared, Slot, Submit, CLOSED};
 use super::{AsyncOptions, IntoPayload, WhenFull};
 use crate::error::{Error, Result};
 use crate::log::{Checkpoint, Position, PurgeReport, Wal};
@@ -65,7 +65,7 @@ impl AsyncWal {
                 true => OnceLock::from("the log was already fenced".to_string()),
                 false => OnceLock::new(),
             },
-            durable: std::sync::atomic::AtomicU64::new(wal.durable_lsn().map_or(0, |l| l.0 + 1)),
+            durable: std::sync::atomic::AtomicU64::new(durable_word(wal.durable_lsn())),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let drivable = wal.storage().concurrent_wait();

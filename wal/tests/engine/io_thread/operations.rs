@@ -166,3 +166,22 @@ fn a_user_batch_larger_than_a_segment_is_rejected_and_the_log_carries_on() {
     log.close().unwrap();
     assert_eq!(reopen(&st), vec![(1, b"before".to_vec()), (2, b"after".to_vec())]);
 }
+
+/// The writer's durable LSN follows the log's own: it moves with each sync, and a durable cut
+/// lowers it (as `Wal::durable_lsn`); a reopened log starts from what is on disk.
+#[test]
+fn the_durable_lsn_moves_with_syncs_and_a_cut_lowers_it() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    assert_eq!(log.durable_lsn(), None, "a new log has nothing durable");
+    for i in 0..5u8 {
+        log.append(Epoch(0), &[i; 10], Durability::Durable).unwrap().wait().unwrap();
+        assert_eq!(log.durable_lsn(), Some(Lsn(u64::from(i) + 1)));
+    }
+    log.truncate_after(Epoch(0), Lsn(2)).unwrap().wait().unwrap();
+    assert_eq!(log.durable_lsn(), Some(Lsn(2)), "a durable cut lowers it");
+    log.close().unwrap();
+    let log = start(&st, AsyncOptions::default());
+    assert_eq!(log.durable_lsn(), Some(Lsn(2)), "a reopened writer starts from the disk's");
+    log.close().unwrap();
+}
