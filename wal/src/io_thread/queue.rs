@@ -28,6 +28,10 @@ pub(super) struct Submit {
     /// Empty buffers for the copies of borrowed payloads ([`AsyncWal::append_untracked`], and
     /// [`AsyncWal::append`] of a slice; see [`POOL_BUFFERS`]).
     pub(super) pool: Vec<Vec<u8>>,
+    /// Appends waiting for queue space ([`WhenFull::Wait`](super::WhenFull::Wait)): a release
+    /// wakes them only when there are any (a wake-up with nobody waiting is still a system
+    /// call, paid on every batch).
+    pub(super) space_waiters: usize,
 }
 
 pub(super) struct Shared {
@@ -60,8 +64,11 @@ impl Shared {
         let mut st = self.lock();
         st.queued_entries = st.queued_entries.saturating_sub(entries);
         st.queued_bytes = st.queued_bytes.saturating_sub(bytes);
+        let waiting = st.space_waiters > 0;
         drop(st);
-        self.space.notify_all();
+        if waiting {
+            self.space.notify_all();
+        }
     }
 
     /// Fences the log (the first cause stays) and wakes every append waiting for space.

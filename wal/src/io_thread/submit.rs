@@ -55,6 +55,7 @@ impl AsyncWal {
                 untaken_bytes: 0,
                 quiet: false,
                 pool: Vec::new(),
+                space_waiters: 0,
             }),
             space: Condvar::new(),
             bell: Arc::new(Bell::new()),
@@ -276,7 +277,9 @@ impl AsyncWal {
             if when_full == WhenFull::Busy {
                 return Err(Error::Busy);
             }
+            st.space_waiters += 1;
             st = self.shared.space.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.space_waiters -= 1;
         }
     }
 

@@ -140,6 +140,44 @@ fn a_full_queue_answers_busy_when_asked_not_to_wait() {
     log.close().unwrap();
 }
 
+/// The default when the queue is full: the append waits for room and takes its LSN once it
+/// is admitted. With the first sync held, a third append on a queue of two blocks; it returns
+/// once the held batch resolves and frees its places, at the next LSN. A release wakes only
+/// appends that wait, so this also checks the waiter is counted (it would sleep forever if not).
+#[test]
+fn a_full_queue_makes_the_append_wait_for_room_then_admits_it() {
+    let st = MemStorage::new();
+    st.set_sync_thread(true).unwrap();
+    let wal = open_unprepared(Arc::new(st.clone()));
+    let opts = AsyncOptions { queue_entries: 2, when_full: WhenFull::Wait, ..AsyncOptions::default() };
+    let log = Arc::new(AsyncWal::start(wal, opts).unwrap());
+    let release = st.hold_next_sync();
+    let a = log.append(Epoch(0), b"a".to_vec(), Durability::Durable).unwrap();
+    assert!(st.wait_sync_held(Duration::from_secs(20)), "the sync of the first batch never started");
+    let b = log.append(Epoch(0), b"b".to_vec(), Durability::Durable).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiter = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let t = log.append(Epoch(0), b"c".to_vec(), Durability::Durable);
+            let _ = tx.send(t.map(|t| t.lsn));
+        })
+    };
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "an append on a full queue returned while the queue was still full"
+    );
+    drop(release);
+    let c = rx.recv_timeout(Duration::from_secs(20)).expect("the waiting append was never woken");
+    assert_eq!(c.unwrap(), Lsn(3));
+    waiter.join().unwrap();
+    assert_eq!(a.wait(), Ok(Lsn(1)));
+    assert_eq!(b.wait(), Ok(Lsn(2)));
+    log.close().unwrap();
+    let got: Vec<u64> = reopen(&st).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(got, vec![1, 2, 3]);
+}
+
 /// A `Written` entry gives its place in the queue back once it is written, before its sync:
 /// the queue bounds what waits to be written. A `Durable` entry keeps its place until durable.
 /// With the first sync held on the storage's sync thread and a queue of two entries, written
