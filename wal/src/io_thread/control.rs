@@ -1,5 +1,5 @@
 //! The writer thread's operations other than a plain append (append at an LSN, truncate, reset,
-//! metadata, epoch), admitted on the submit side's copy of the log's position and run on the log.
+//! metadata, epoch, a sync), admitted on the submit side's copy of the log's position and run on the log.
 //!
 //! An operation is checked and given its LSN at submission, under the submit lock, by the same
 //! code that checks and places it in [`Wal`] when the writer thread stages it
@@ -26,6 +26,9 @@ pub(crate) enum Control {
     SetMeta { key: u32, value: Vec<u8> },
     /// [`Wal::advance_epoch`].
     AdvanceEpoch(u64),
+    /// [`Wal::sync`]: moves nothing; queued as a durable operation, it makes the writer sync
+    /// everything before it now.
+    Sync,
 }
 
 impl Control {
@@ -43,15 +46,16 @@ impl Control {
         matches!(self, Control::AppendAt { .. } | Control::TruncateAfter(_) | Control::Reset(_))
     }
 
-    /// The operation on the log's position.
-    fn op(&self) -> Op<'_> {
-        match self {
+    /// The operation on the log's position (none for a sync, which leaves it where it is).
+    fn op(&self) -> Option<Op<'_>> {
+        Some(match self {
             Control::AppendAt { lsn, payload } => Op::Append { at: Some(*lsn), entries: payload.entries() },
             Control::TruncateAfter(after) => Op::TruncateAfter(*after),
             Control::Reset(next) => Op::Reset(*next),
             Control::SetMeta { key, value } => Op::SetMeta { key: *key, value },
             Control::AdvanceEpoch(new) => Op::AdvanceEpoch(*new),
-        }
+            Control::Sync => return None,
+        })
     }
 
     /// Checks it as the log will (the epoch already checked where it carries one) and moves
@@ -61,7 +65,10 @@ impl Control {
         if let Control::AppendAt { payload, .. } = self {
             Position::check_entries(payload.entries(), [payload.largest()], max_payload)?;
         }
-        pos.admit(self.op())
+        match self.op() {
+            Some(op) => pos.admit(op),
+            None => Ok(pos.next_lsn()),
+        }
     }
 
     /// Runs it on the log (on the writer thread); returns the log's next LSN after it, which
@@ -80,6 +87,8 @@ impl Control {
             Control::Reset(next) => wal.reset(epoch, crate::Lsn(*next))?,
             Control::SetMeta { key, value } => wal.set_meta(*key, value)?,
             Control::AdvanceEpoch(new) => wal.advance_epoch(Epoch(*new))?,
+            // The writer syncs for it: it is staged as a durable operation.
+            Control::Sync => {}
         }
         Ok(wal.next_lsn().0)
     }

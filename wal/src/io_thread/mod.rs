@@ -8,7 +8,7 @@
 //!   [`Error::Busy`] at once, as the caller chose.
 //! - Every other operation of the synchronous handle runs here too, with the same arguments:
 //!   [`AsyncWal::append_at`], [`AsyncWal::truncate_after`], [`AsyncWal::reset`],
-//!   [`AsyncWal::set_meta`], [`AsyncWal::advance_epoch`], [`AsyncWal::checkpoint`],
+//!   [`AsyncWal::set_meta`], [`AsyncWal::advance_epoch`], [`AsyncWal::sync`], [`AsyncWal::checkpoint`],
 //!   [`AsyncWal::purge_before`] and [`AsyncWal::replay_from`]. Each is checked and placed at
 //!   submission against the submit side's copy of the log's position (`control.rs`; the
 //!   position and its checks are the log's own, `log/position.rs`), in queue order with the

@@ -358,6 +358,15 @@ impl AsyncWal {
         self.control(None, Control::AdvanceEpoch(new.0), Durability::Durable)
     }
 
+    /// [`Wal::sync`] on the I/O thread: everything queued before it is written and made
+    /// durable by an fdatasync started now, not after [`AsyncOptions::written_sync_delay`]
+    /// (`Written` entries a caller now needs durable). The ticket carries the next LSN and
+    /// resolves once everything queued before it is durable: at once, without a sync, when
+    /// nothing was left unsynced. A fenced log fails it, as it fails an append.
+    pub fn sync(&self) -> Result<Ticket> {
+        self.control(None, Control::Sync, Durability::Durable)
+    }
+
     /// Checks `op` and enqueues it under the submit lock (the one place that moves the log's
     /// position): a refusal consumes nothing.
     fn control(&self, epoch: Option<Epoch>, op: Control, durability: Durability) -> Result<Ticket> {
@@ -398,6 +407,13 @@ impl AsyncWal {
         let (reply, rx) = crossbeam_channel::bounded(1);
         self.send(Req::Purge { below, reply })?;
         rx.recv().map_err(|_| Error::Fenced { cause: "the I/O thread has stopped".into() })?
+    }
+
+    /// [`Wal::replay`] on the I/O thread: every live entry and checkpoint of every operation
+    /// queued before it, written or durable ([`AsyncWal::replay_from`] from the start, up to
+    /// [`Durability::Written`]).
+    pub fn replay(&self) -> Result<crate::replay::Replay> {
+        self.replay_from(None, Durability::Written)
     }
 
     /// A replay from `from` (`None`: the first live entry) up to `bound`, as of now (it sees

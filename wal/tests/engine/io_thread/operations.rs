@@ -185,3 +185,50 @@ fn the_durable_lsn_moves_with_syncs_and_a_cut_lowers_it() {
     assert_eq!(log.durable_lsn(), Some(Lsn(2)), "a reopened writer starts from the disk's");
     log.close().unwrap();
 }
+
+/// `AsyncWal::sync` makes `Written` entries durable now, not after the writer's delay: with a
+/// delay of an hour nothing but the sync can make them durable. Its ticket carries the next
+/// LSN; a crash that keeps only synced sectors keeps every entry before it. With nothing left
+/// unsynced it resolves without another fdatasync; on a fenced log it is refused.
+#[test]
+fn sync_makes_written_entries_durable_now_and_costs_nothing_when_all_is_durable() {
+    let st = MemStorage::new();
+    let opts = AsyncOptions {
+        written_sync_delay: std::time::Duration::from_secs(3600),
+        written_sync_bytes: usize::MAX,
+        ..AsyncOptions::default()
+    };
+    let log = start(&st, opts);
+    let written: Vec<_> =
+        (0..3u8).map(|i| log.append(Epoch(0), vec![b'w', i], Durability::Written).unwrap()).collect();
+    for w in &written {
+        assert_eq!(w.wait(), Ok(w.lsn), "not written");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(written.iter().all(|w| w.poll_durable().is_none()), "durable without a sync");
+    assert_eq!(log.durable_lsn(), None);
+    let syncs = st.faults().syncs_seen;
+    let t = log.sync().unwrap();
+    assert_eq!(t.lsn, Lsn(4), "a sync's ticket carries the next LSN");
+    assert_eq!(t.wait(), Ok(Lsn(4)));
+    assert!(st.faults().syncs_seen > syncs, "no fdatasync ran for the sync");
+    for w in &written {
+        assert_eq!(w.poll_durable(), Some(Ok(w.lsn)), "a written entry before the sync is not durable");
+    }
+    assert_eq!(log.durable_lsn(), Some(Lsn(3)));
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    let kept: Vec<u64> = reopen(&crashed).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(kept, vec![1, 2, 3], "a crash lost entries a sync had made durable");
+    // Nothing unsynced: resolved without another fdatasync.
+    let syncs = st.faults().syncs_seen;
+    assert_eq!(log.sync().unwrap().wait(), Ok(Lsn(4)));
+    assert_eq!(st.faults().syncs_seen, syncs, "a sync with nothing to sync ran an fdatasync");
+    // A failed sync fences: the next one is refused.
+    log.append(Epoch(0), b"x".to_vec(), Durability::Written).unwrap().wait().unwrap();
+    let n = st.faults().syncs_seen;
+    st.faults().fail_sync_from = Some(n);
+    assert!(matches!(log.sync().unwrap().wait(), Err(Failure::Indeterminate(_))));
+    st.faults().fail_sync_from = None;
+    assert!(matches!(log.sync(), Err(Error::Fenced { .. })));
+    assert!(log.close().is_err());
+}

@@ -18,6 +18,7 @@ enum Op {
     Reset { epoch: u64, next: u64 },
     SetMeta { key: u32, len: usize },
     AdvanceEpoch { by: i64 },
+    Sync,
 }
 
 /// Mostly the right epoch, sometimes a stale or a future one; mostly small payloads, sometimes
@@ -41,6 +42,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u32..20, prop_oneof![9 => 0usize..40, 1 => Just(300usize)])
             .prop_map(|(key, len)| Op::SetMeta { key, len }),
         1 => (-1i64..3).prop_map(|by| Op::AdvanceEpoch { by }),
+        1 => Just(Op::Sync),
     ]
 }
 
@@ -161,6 +163,16 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
                 let w = outcome(sync.advance_epoch(new), |()| next);
                 (w, outcome(log.advance_epoch(new), |t| t.lsn.0))
             }
+            Op::Sync => {
+                let w = outcome(sync.sync(), |()| next);
+                let t = log.sync();
+                if let Ok(t) = &t {
+                    prop_assert_eq!(t.wait(), Ok(Lsn(next)), "sync at op {}", i);
+                    // Everything before it is durable on both, and both say so.
+                    prop_assert_eq!(log.durable_lsn(), sync.durable_lsn(), "durable LSN after op {}", i);
+                }
+                (w, outcome(t, |t| t.lsn.0))
+            }
         };
         prop_assert_eq!(want, got, "op {} {:?}", i, op);
         if want.is_ok() {
@@ -184,6 +196,9 @@ fn same_on_both(ops: &[Op]) -> Result<(), TestCaseError> {
     prop_assert_eq!(t.wait(), Ok(last));
     prop_assert_eq!(sync.durable_lsn(), Some(last));
     prop_assert_eq!(log.durable_lsn(), Some(last));
+    // Both replay the same live entries before they close.
+    let live = |r: Result<wal::Replay, Error>| r.and_then(|r| r.collect_entries()).map_err(|e| e.to_string());
+    prop_assert_eq!(live(log.replay()), live(sync.replay()));
     sync.close().unwrap();
     log.close().unwrap();
     let reopen_both = |st: &MemStorage| {
