@@ -232,3 +232,47 @@ fn sync_makes_written_entries_durable_now_and_costs_nothing_when_all_is_durable(
     assert!(matches!(log.sync(), Err(Error::Fenced { .. })));
     assert!(log.close().is_err());
 }
+
+/// A borrowed user batch (`append_batch(&[&[u8]])`, copied into pooled buffers) meets disk full
+/// as an owned one does: the whole batch is Rejected, none of it is in the log, its LSNs are the
+/// next ones again, and once there is space the same borrowed slices append at those LSNs. Then
+/// a failed sync behind a borrowed batch at an LSN: Indeterminate, and the log refuses more.
+#[test]
+fn a_borrowed_batch_is_rejected_whole_on_disk_full_and_indeterminate_behind_a_failed_sync() {
+    let st = MemStorage::new();
+    let log = start(&st, AsyncOptions::default());
+    st.faults().capacity_bytes = Some(64 * 1024 + 4096);
+    let parts: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 300]).collect();
+    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    let mut kept = 0u64;
+    let rejected = loop {
+        match log.append_batch(Epoch(0), &refs, Durability::Durable).unwrap().wait() {
+            Ok(first) => {
+                assert_eq!(first, wal::Lsn(kept + 1));
+                kept += 3;
+            }
+            Err(f) => break f,
+        }
+        assert!(kept < 3000, "never ran out of space");
+    };
+    assert!(matches!(rejected, Failure::Rejected(_)), "{rejected:?}");
+    assert_eq!(log.next_lsn(), Lsn(kept + 1), "the rejected batch's LSNs are the next ones again");
+    st.faults().capacity_bytes = None;
+    assert_eq!(log.append_batch(Epoch(0), &refs, Durability::Durable).unwrap().wait(), Ok(Lsn(kept + 1)));
+    kept += 3;
+    // Behind a failed sync: a borrowed batch at an LSN is Indeterminate, and the log is fenced.
+    let n = st.faults().syncs_seen;
+    st.faults().fail_sync_from = Some(n);
+    let t = log.append_batch_at(Epoch(0), Lsn(kept + 1), &refs, Durability::Durable).unwrap();
+    assert!(matches!(t.wait(), Err(Failure::Indeterminate(_))), "{:?}", t.wait());
+    st.faults().fail_sync_from = None;
+    assert!(matches!(log.append_batch(Epoch(0), &refs, Durability::Durable), Err(Error::Fenced { .. })));
+    assert!(log.close().is_err());
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    let got = reopen(&crashed);
+    assert_eq!(got.len() as u64, kept, "the log does not hold exactly the acknowledged batches");
+    for (i, (lsn, bytes)) in got.iter().enumerate() {
+        assert_eq!(*lsn, i as u64 + 1);
+        assert_eq!(bytes, &parts[i % 3], "entry {lsn} is not its slice");
+    }
+}
