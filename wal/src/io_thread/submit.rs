@@ -362,7 +362,9 @@ impl AsyncWal {
     /// durable by an fdatasync started now, not after [`AsyncOptions::written_sync_delay`]
     /// (`Written` entries a caller now needs durable). The ticket carries the next LSN and
     /// resolves once everything queued before it is durable: at once, without a sync, when
-    /// nothing was left unsynced. A fenced log fails it, as it fails an append.
+    /// nothing was left unsynced. Like every operation it is admitted only when the queue has
+    /// room (it waits, or answers [`Error::Busy`], as [`AsyncOptions::when_full`] says), and a
+    /// fenced log refuses it, as it refuses an append.
     pub fn sync(&self) -> Result<Ticket> {
         self.control(None, Control::Sync, Durability::Durable)
     }

@@ -28,6 +28,13 @@ fn open_unprepared(st: Arc<dyn wal::storage::Storage>) -> Wal {
         .0
 }
 
+/// A writer over `st` whose syncs run on the storage's own sync thread, so that a test can
+/// hold one ([`MemStorage::hold_next_sync`]) while appends go on; the log is `open_unprepared`.
+fn start_on_sync_thread(st: &MemStorage, opts: AsyncOptions) -> AsyncWal {
+    st.set_sync_thread(true).unwrap();
+    AsyncWal::start(open_unprepared(Arc::new(st.clone())), opts).unwrap()
+}
+
 fn reopen(st: &MemStorage) -> Vec<(u64, Vec<u8>)> {
     let (wal, _) =
         Wal::open_with(Arc::new(st.clone()), Options { segment_len_bytes: SEG, ..Options::default() })

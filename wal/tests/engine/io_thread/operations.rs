@@ -1,7 +1,7 @@
 //! The synchronous handle's other operations on the I/O thread (metadata, truncation, reset,
 //! checkpoints, abandon, user batches): behind a failed sync, on disk full, in a written replay.
 
-use super::{reopen, start, SEG};
+use super::{reopen, start, start_on_sync_thread, SEG};
 use std::sync::Arc;
 use wal::{AsyncOptions, Durability, Epoch, Error, Failure, Lsn, Options, Payload, Wal};
 use wal_sim::{MemStorage, SectorFate};
@@ -186,6 +186,16 @@ fn the_durable_lsn_moves_with_syncs_and_a_cut_lowers_it() {
     log.close().unwrap();
 }
 
+/// A writer that never syncs `Written` entries on its own (a delay of an hour, no byte bound):
+/// only a durable operation or a sync makes them durable.
+fn only_asked_syncs() -> AsyncOptions {
+    AsyncOptions {
+        written_sync_delay: std::time::Duration::from_secs(3600),
+        written_sync_bytes: usize::MAX,
+        ..AsyncOptions::default()
+    }
+}
+
 /// `AsyncWal::sync` makes `Written` entries durable now, not after the writer's delay: with a
 /// delay of an hour nothing but the sync can make them durable. Its ticket carries the next
 /// LSN; a crash that keeps only synced sectors keeps every entry before it. With nothing left
@@ -193,12 +203,7 @@ fn the_durable_lsn_moves_with_syncs_and_a_cut_lowers_it() {
 #[test]
 fn sync_makes_written_entries_durable_now_and_costs_nothing_when_all_is_durable() {
     let st = MemStorage::new();
-    let opts = AsyncOptions {
-        written_sync_delay: std::time::Duration::from_secs(3600),
-        written_sync_bytes: usize::MAX,
-        ..AsyncOptions::default()
-    };
-    let log = start(&st, opts);
+    let log = start(&st, only_asked_syncs());
     let written: Vec<_> =
         (0..3u8).map(|i| log.append(Epoch(0), vec![b'w', i], Durability::Written).unwrap()).collect();
     for w in &written {
@@ -275,4 +280,33 @@ fn a_borrowed_batch_is_rejected_whole_on_disk_full_and_indeterminate_behind_a_fa
         assert_eq!(*lsn, i as u64 + 1);
         assert_eq!(bytes, &parts[i % 3], "entry {lsn} is not its slice");
     }
+}
+
+/// A sync asked for while another fdatasync is in flight resolves only after one that started
+/// once everything before it was written. The first sync is held on the storage's sync thread;
+/// a `Written` entry written meanwhile and the sync's ticket stay not durable (however long the
+/// test waits) until it is released and a second fdatasync covers them.
+#[test]
+fn a_sync_asked_during_a_sync_in_flight_waits_for_one_covering_everything_before_it() {
+    let st = MemStorage::new();
+    // Appends are written during a sync in flight, not held until it completes.
+    let log = start_on_sync_thread(&st, AsyncOptions { overlap_write_bytes: 0, ..only_asked_syncs() });
+    let release = st.hold_next_sync();
+    let first = log.append(Epoch(0), b"first".to_vec(), Durability::Durable).unwrap();
+    assert!(st.wait_sync_held(std::time::Duration::from_secs(20)), "the first sync never started");
+    let syncs = st.faults().syncs_seen;
+    let w = log.append(Epoch(0), b"w".to_vec(), Durability::Written).unwrap();
+    assert_eq!(w.wait(), Ok(Lsn(2)), "not written during the held sync");
+    let t = log.sync().unwrap();
+    assert_eq!(t.lsn, Lsn(3));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(t.poll_outcome().is_none(), "the sync resolved while the fdatasync before it was held");
+    assert!(w.poll_durable().is_none() && first.poll_durable().is_none());
+    drop(release);
+    assert_eq!(t.wait(), Ok(Lsn(3)));
+    assert!(st.faults().syncs_seen >= syncs + 2, "the written entry needs a second fdatasync");
+    assert_eq!(first.poll_durable(), Some(Ok(Lsn(1))));
+    assert_eq!(w.poll_durable(), Some(Ok(Lsn(2))));
+    assert_eq!(log.durable_lsn(), Some(Lsn(2)));
+    log.close().unwrap();
 }

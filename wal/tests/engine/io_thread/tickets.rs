@@ -1,7 +1,7 @@
 //! Tickets and group commit: shared syncs, a full queue, a failed sync that fences, refusals
 //! that take no LSN, completion channels, sync latency, and an append that only enqueues.
 
-use super::{open_unprepared, reopen, start};
+use super::{open_unprepared, reopen, start, start_on_sync_thread};
 use std::future::Future;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -147,10 +147,8 @@ fn a_full_queue_answers_busy_when_asked_not_to_wait() {
 #[test]
 fn a_full_queue_makes_the_append_wait_for_room_then_admits_it() {
     let st = MemStorage::new();
-    st.set_sync_thread(true).unwrap();
-    let wal = open_unprepared(Arc::new(st.clone()));
     let opts = AsyncOptions { queue_entries: 2, when_full: WhenFull::Wait, ..AsyncOptions::default() };
-    let log = Arc::new(AsyncWal::start(wal, opts).unwrap());
+    let log = Arc::new(start_on_sync_thread(&st, opts));
     let release = st.hold_next_sync();
     let a = log.append(Epoch(0), b"a".to_vec(), Durability::Durable).unwrap();
     assert!(st.wait_sync_held(Duration::from_secs(20)), "the sync of the first batch never started");
@@ -186,8 +184,6 @@ fn a_full_queue_makes_the_append_wait_for_room_then_admits_it() {
 #[test]
 fn a_written_entry_frees_its_queue_place_once_written() {
     let st = MemStorage::new();
-    st.set_sync_thread(true).unwrap();
-    let wal = open_unprepared(Arc::new(st.clone()));
     // Every append written at once, also while a sync is in flight.
     let opts = AsyncOptions {
         queue_entries: 2,
@@ -195,7 +191,7 @@ fn a_written_entry_frees_its_queue_place_once_written() {
         overlap_write_bytes: 0,
         ..AsyncOptions::default()
     };
-    let log = AsyncWal::start(wal, opts).unwrap();
+    let log = start_on_sync_thread(&st, opts);
     let release = st.hold_next_sync();
     let a = log.append(Epoch(0), b"a".to_vec(), Durability::Durable).unwrap();
     assert!(st.wait_sync_held(Duration::from_secs(20)), "the sync of the first batch never started");
@@ -405,9 +401,7 @@ fn dropped_tickets_are_logged_and_still_report_to_their_channel() {
 #[test]
 fn append_returns_while_the_sync_of_its_own_batch_is_held() {
     let st = MemStorage::new();
-    st.set_sync_thread(true).unwrap();
-    let wal = open_unprepared(Arc::new(st.clone()));
-    let log = Arc::new(AsyncWal::start(wal, AsyncOptions::default()).unwrap());
+    let log = Arc::new(start_on_sync_thread(&st, AsyncOptions::default()));
     // Released on any exit, so a failed assertion cannot leave the appender or the close waiting.
     let release = st.hold_next_sync();
     let (tx, rx) = mpsc::channel();
