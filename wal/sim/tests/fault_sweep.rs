@@ -50,6 +50,7 @@ fn fast_subset_of_the_fault_sweep() {
         "failed calls",
         "read errors",
         "stale-epoch appends rejected",
+        "syncs asked by a caller",
     ] {
         assert!(s.faults.get(f).is_some_and(|&n| n > 0), "no {f} injected: {:?}", s.faults);
     }
