@@ -310,3 +310,73 @@ fn a_sync_asked_during_a_sync_in_flight_waits_for_one_covering_everything_before
     assert_eq!(log.durable_lsn(), Some(Lsn(2)));
     log.close().unwrap();
 }
+
+/// Syncs asked by several threads at once, beside their `Written` appends: each thread's sync
+/// resolves only when every entry that thread appended before it is durable, and the log holds
+/// every entry at its LSN afterwards.
+#[test]
+fn concurrent_syncs_each_cover_what_their_thread_appended_before_them() {
+    let st = MemStorage::new();
+    let log = std::sync::Arc::new(start(&st, only_asked_syncs()));
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                for i in 0..40u8 {
+                    mine.push(log.append(Epoch(0), vec![t, i], Durability::Written).unwrap());
+                    if i % 5 == 4 {
+                        let s = log.sync().unwrap();
+                        assert!(s.wait().is_ok());
+                        for w in &mine {
+                            let d = w.poll_durable();
+                            assert_eq!(
+                                d,
+                                Some(Ok(w.lsn)),
+                                "thread {t}: entry {} not durable after its sync",
+                                w.lsn.0
+                            );
+                        }
+                    }
+                }
+                mine.into_iter().map(|w| w.lsn.0).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut lsns: Vec<u64> = threads.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    lsns.sort_unstable();
+    assert_eq!(lsns, (1..=160).collect::<Vec<_>>(), "LSNs not dense and unique");
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    assert_eq!(reopen(&crashed).len(), 160, "a synced entry is missing after a crash");
+}
+
+/// Disk full, then a sync: the entry that did not fit is Rejected and its LSN free again; a sync
+/// asked after it makes every entry written before it durable (a crash keeping only synced
+/// sectors keeps them all), and once space is back the log goes on at the freed LSN.
+#[test]
+fn a_sync_after_disk_full_makes_everything_written_before_it_durable() {
+    let st = MemStorage::new();
+    let log = start(&st, only_asked_syncs());
+    st.faults().capacity_bytes = Some(64 * 1024 + 4096);
+    let mut written = 0u64;
+    let rejected = loop {
+        match log.append(Epoch(0), vec![7; 500], Durability::Written).unwrap().wait() {
+            Ok(l) => {
+                written += 1;
+                assert_eq!(l, Lsn(written));
+            }
+            Err(f) => break f,
+        }
+        assert!(written < 1000, "never ran out of space");
+    };
+    assert!(matches!(rejected, Failure::Rejected(_)), "{rejected:?}");
+    let t = log.sync().unwrap();
+    assert_eq!(t.wait(), Ok(Lsn(written + 1)));
+    assert_eq!(log.durable_lsn(), Some(Lsn(written)));
+    let crashed = st.state().crash(|_, _| SectorFate::Old);
+    assert_eq!(reopen(&crashed).len() as u64, written, "a crash lost entries the sync made durable");
+    st.faults().capacity_bytes = None;
+    let after = log.append(Epoch(0), b"after".to_vec(), Durability::Durable).unwrap();
+    assert_eq!(after.wait(), Ok(Lsn(written + 1)));
+    log.close().unwrap();
+}

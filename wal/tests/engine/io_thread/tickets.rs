@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
-use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Error, Failure, Lsn, WhenFull};
+use wal::{AsyncOptions, AsyncWal, Durability, Epoch, Error, Failure, Lsn, Ticket, WhenFull};
 use wal_sim::{MemStorage, SectorFate};
 
 #[test]
@@ -133,11 +133,25 @@ fn a_full_queue_answers_busy_when_asked_not_to_wait() {
     let b = log.append(Epoch(0), b"b".to_vec(), Durability::Durable).unwrap();
     // "a" is still counted until its batch resolves, "b" is queued: the queue is full.
     assert!(matches!(log.append(Epoch(0), b"c".to_vec(), Durability::Durable), Err(Error::Busy)));
+    // A sync takes no place but is admitted only with room, as its doc says.
+    assert!(matches!(log.sync(), Err(Error::Busy)));
     assert!(a.poll_outcome().is_none(), "resolved before its sync completed");
     go_tx.send(()).unwrap();
     assert_eq!(a.wait(), Ok(Lsn(1)));
     assert_eq!(b.wait(), Ok(Lsn(2)), "the refused append consumed an LSN");
     log.close().unwrap();
+}
+
+/// A writer (queue of two, `WhenFull::Wait`) whose queue is full: "a" (LSN 1) in its sync,
+/// held on the storage's sync thread until the returned guard drops, and "b" (LSN 2) queued.
+fn full_queue_behind_a_held_sync(st: &MemStorage) -> (Arc<AsyncWal>, wal_sim::HeldSync, Ticket, Ticket) {
+    let opts = AsyncOptions { queue_entries: 2, when_full: WhenFull::Wait, ..AsyncOptions::default() };
+    let log = Arc::new(start_on_sync_thread(st, opts));
+    let release = st.hold_next_sync();
+    let a = log.append(Epoch(0), b"a".to_vec(), Durability::Durable).unwrap();
+    assert!(st.wait_sync_held(Duration::from_secs(20)), "the sync of the first batch never started");
+    let b = log.append(Epoch(0), b"b".to_vec(), Durability::Durable).unwrap();
+    (log, release, a, b)
 }
 
 /// The default when the queue is full: the append waits for room and takes its LSN once it
@@ -147,12 +161,7 @@ fn a_full_queue_answers_busy_when_asked_not_to_wait() {
 #[test]
 fn a_full_queue_makes_the_append_wait_for_room_then_admits_it() {
     let st = MemStorage::new();
-    let opts = AsyncOptions { queue_entries: 2, when_full: WhenFull::Wait, ..AsyncOptions::default() };
-    let log = Arc::new(start_on_sync_thread(&st, opts));
-    let release = st.hold_next_sync();
-    let a = log.append(Epoch(0), b"a".to_vec(), Durability::Durable).unwrap();
-    assert!(st.wait_sync_held(Duration::from_secs(20)), "the sync of the first batch never started");
-    let b = log.append(Epoch(0), b"b".to_vec(), Durability::Durable).unwrap();
+    let (log, release, a, b) = full_queue_behind_a_held_sync(&st);
     let (tx, rx) = mpsc::channel();
     let waiter = {
         let log = log.clone();
@@ -174,6 +183,45 @@ fn a_full_queue_makes_the_append_wait_for_room_then_admits_it() {
     log.close().unwrap();
     let got: Vec<u64> = reopen(&st).into_iter().map(|(l, _)| l).collect();
     assert_eq!(got, vec![1, 2, 3]);
+}
+
+/// Two faults at once: appends and a sync wait for room on a full queue while the sync in flight
+/// fails. Every waiter returns (none sleeps forever): refused as fenced, or admitted with a
+/// ticket that resolves Indeterminate; nothing after the failed sync is acknowledged, and the
+/// log refuses what comes next.
+#[test]
+fn waiters_for_room_are_all_released_when_the_sync_in_flight_fails() {
+    let st = MemStorage::new();
+    let (log, release, a, b) = full_queue_behind_a_held_sync(&st);
+    let (tx, rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..3u8)
+        .map(|i| {
+            let (log, tx) = (log.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let t = if i == 2 { log.sync() } else { log.append(Epoch(0), vec![i], Durability::Durable) };
+                let _ = tx.send(t.map(|t| t.wait()));
+            })
+        })
+        .collect();
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "a waiter returned on a full queue");
+    // The held sync (the next one the storage runs) fails once released.
+    let n = st.faults().syncs_seen;
+    st.faults().fail_sync_from = Some(n);
+    drop(release);
+    for _ in 0..3 {
+        match rx.recv_timeout(Duration::from_secs(20)).expect("a waiter for room was never released") {
+            Err(e) => assert!(matches!(e, Error::Fenced { .. }), "{e}"),
+            Ok(outcome) => assert!(matches!(outcome, Err(Failure::Indeterminate(_))), "{outcome:?}"),
+        }
+    }
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert!(matches!(a.wait(), Err(Failure::Indeterminate(_))));
+    assert!(matches!(b.wait(), Err(Failure::Indeterminate(_))));
+    assert!(matches!(log.sync(), Err(Error::Fenced { .. })));
+    st.faults().fail_sync_from = None;
+    assert!(log.close().is_err());
 }
 
 /// A `Written` entry gives its place in the queue back once it is written, before its sync:
