@@ -44,6 +44,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use verifier::report::{EXIT_INCOMPLETE_CREATE, EXIT_USAGE};
 use wal::{AsyncOptions, AsyncWal, Backend, Durability, Options, Payload, Wal};
 use wal_sim::Rng;
 
@@ -246,14 +247,14 @@ fn sigkill_at_random_moments_loses_no_acknowledged_entry() {
             .expect("running walcheck");
         let code = o.status.code().unwrap_or(-1);
         let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        if created.is_none() && code == 5 && err.contains("interrupted creation") {
+        if created.is_none() && code == EXIT_INCOMPLETE_CREATE && err.contains("interrupted creation") {
             // Killed while creating the log, before any open finished: there is no log yet
             // and nothing was acknowledged; the next child's open creates it again.
             println!("kill9: round {round:2} {backend:8} {kill:?}: killed while creating the log");
             early += 1;
             continue;
         }
-        if created.is_none() && code == 64 && err.contains("no log here") {
+        if created.is_none() && code == EXIT_USAGE && err.contains("no log here") {
             // Killed before the child began to create the log (a kill a millisecond after the
             // spawn): the directory holds nothing, and nothing can have been acknowledged.
             assert!(rep.acks.is_empty(), "{ctx}: acknowledgements without a log: {:?}", rep.acks);
